@@ -1,0 +1,1 @@
+"""agentsessions backend (work in progress)."""

@@ -1,0 +1,1 @@
+"""The agentsessions conformance kit (work in progress)."""

@@ -1,0 +1,68 @@
+"""agentsessions: durable, concurrency-safe conversation sessions for AI agents.
+
+Pick a backend by URL with `connect`, then create, get and save `Session` objects
+through the `SessionManager` it returns. Backend authors start at
+`agentsessions.backend`.
+"""
+
+from ._errors import (
+    BackendConflictError,
+    BackendUnavailableError,
+    InvalidInputError,
+    InvalidOptionError,
+    InvalidSessionIdError,
+    ManagerClosedError,
+    PartialSessionError,
+    SessionConflictError,
+    SessionError,
+    SessionExistsError,
+    SessionNotFoundError,
+    SessionOwnershipError,
+    SessionSerializationError,
+    UnknownBackendError,
+)
+from ._manager import ManagerOptions, SessionManager
+from ._memory import MemorySessionManager
+from ._models import Event, Session, SessionPage, SessionSummary
+from ._records import Capabilities
+from ._registry import (
+    BackendSpec,
+    connect,
+    installed_backends,
+    register_backend,
+    unregister_backend,
+)
+from ._urls import mask_url
+from ._version import __version__
+
+__all__ = [
+    "BackendConflictError",
+    "BackendSpec",
+    "BackendUnavailableError",
+    "Capabilities",
+    "Event",
+    "InvalidInputError",
+    "InvalidOptionError",
+    "InvalidSessionIdError",
+    "ManagerClosedError",
+    "ManagerOptions",
+    "MemorySessionManager",
+    "PartialSessionError",
+    "Session",
+    "SessionConflictError",
+    "SessionError",
+    "SessionExistsError",
+    "SessionManager",
+    "SessionNotFoundError",
+    "SessionOwnershipError",
+    "SessionPage",
+    "SessionSerializationError",
+    "SessionSummary",
+    "UnknownBackendError",
+    "__version__",
+    "connect",
+    "installed_backends",
+    "mask_url",
+    "register_backend",
+    "unregister_backend",
+]

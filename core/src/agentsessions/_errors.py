@@ -1,0 +1,146 @@
+"""The exceptions agentsessions raises.
+
+Every error a caller can act on derives from `SessionError`, and input that is
+wrong before any I/O happens also derives from `ValueError`, so
+``except ValueError`` keeps working for code that validates its own input::
+
+    SessionError
+    ├── SessionExistsError           create() of an id that is already stored
+    ├── SessionNotFoundError         save() or update() of a session that is not stored
+    ├── SessionConflictError         save() of a copy whose version is stale
+    ├── SessionOwnershipError        a user_id that does not own the session
+    ├── SessionSerializationError    a value in state or events that is not JSON (also ValueError)
+    ├── PartialSessionError          an edit a session loaded with last_events cannot express
+    ├── InvalidInputError            bad input, rejected before any I/O (also ValueError)
+    │   ├── InvalidSessionIdError    empty, blank, too long or not a string
+    │   └── InvalidOptionError       an unknown connect() option or a bad value for one
+    ├── UnknownBackendError          no installed backend handles the URL's scheme
+    ├── BackendConflictError         two distributions claim one URL scheme
+    ├── BackendUnavailableError      the server cannot be reached (the URL is masked)
+    └── ManagerClosedError           a call on a manager after close()
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+__all__ = [
+    "BackendConflictError",
+    "BackendUnavailableError",
+    "InvalidInputError",
+    "InvalidOptionError",
+    "InvalidSessionIdError",
+    "ManagerClosedError",
+    "PartialSessionError",
+    "SessionConflictError",
+    "SessionError",
+    "SessionExistsError",
+    "SessionNotFoundError",
+    "SessionOwnershipError",
+    "SessionSerializationError",
+    "UnknownBackendError",
+]
+
+
+class SessionError(Exception):
+    """Base class of every error agentsessions raises on purpose."""
+
+
+class SessionExistsError(SessionError):
+    """`create()` was asked for an id that is already stored; nothing was written."""
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"session {session_id!r} already exists")
+        self.session_id = session_id
+
+
+class SessionNotFoundError(SessionError):
+    """The session is not stored (never created, deleted, or expired)."""
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(
+            f"session {session_id!r} does not exist (never created, deleted or expired)"
+        )
+        self.session_id = session_id
+
+
+class SessionConflictError(SessionError):
+    """Another save landed since this copy was loaded; nothing was written.
+
+    Reload the session and apply the change again, or use
+    `SessionManager.update`, which does exactly that in a loop.
+    """
+
+    def __init__(self, session_id: str, expected_version: int, detail: str = "") -> None:
+        message = (
+            f"session {session_id!r} was saved by someone else since it was loaded "
+            f"at version {expected_version}; reload it and retry"
+        )
+        super().__init__(f"{message} ({detail})" if detail else message)
+        self.session_id = session_id
+        self.expected_version = expected_version
+
+
+class SessionOwnershipError(SessionError):
+    """The session belongs to another user than the one asked for."""
+
+    def __init__(self, session_id: str, user_id: str) -> None:
+        # The owner is deliberately not named: the error may reach the other user.
+        super().__init__(f"session {session_id!r} does not belong to user {user_id!r}")
+        self.session_id = session_id
+        self.user_id = user_id
+
+
+class SessionSerializationError(SessionError, ValueError):
+    """A value in state, content or metadata is not plain JSON; nothing was written."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        super().__init__(f"{path}: {problem}")
+        self.path = path
+        self.problem = problem
+
+
+class PartialSessionError(SessionError):
+    """A session loaded with ``last_events`` was edited in a way it cannot save."""
+
+
+class InvalidInputError(SessionError, ValueError):
+    """Input rejected before any I/O."""
+
+
+class InvalidSessionIdError(InvalidInputError):
+    """A session or user id that is not a non-empty string of bounded length."""
+
+
+class InvalidOptionError(InvalidInputError):
+    """An unknown option, or a bad value for a known one, given to `connect()`."""
+
+
+class UnknownBackendError(SessionError):
+    """No installed backend handles the URL's scheme."""
+
+    def __init__(self, scheme: str, installed: Iterable[str], hint: str = "") -> None:
+        known = ", ".join(sorted(installed)) or "none"
+        message = f"no backend is installed for URL scheme {scheme!r} (installed: {known})"
+        super().__init__(f"{message}; {hint}" if hint else message)
+        self.scheme = scheme
+
+
+class BackendConflictError(SessionError):
+    """Two installed distributions claim the same URL scheme."""
+
+
+class BackendUnavailableError(SessionError):
+    """The backend's server could not be reached or failed mid-operation.
+
+    ``url`` is masked: it never holds a password.
+    """
+
+    def __init__(self, url: str, reason: str) -> None:
+        super().__init__(f"backend at {url} is unavailable: {reason}")
+        self.url = url
+        self.reason = reason
+
+
+class ManagerClosedError(SessionError):
+    """The manager was closed; open a new one with `connect()`."""

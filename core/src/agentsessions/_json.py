@@ -1,0 +1,71 @@
+"""Strict JSON: the one encoding every backend stores, checked before anything is written.
+
+Python's ``json`` module silently turns ``{1: "a"}`` into ``{"1": "a"}``, tuples into
+lists and ``nan`` into invalid JSON, and pydantic happily serialises datetimes: each of
+those is a value that does not come back as it went in. `check_json` rejects them
+with the path of the offending value, so a save either stores what the caller holds or
+raises `SessionSerializationError` before any I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pydantic_core
+
+from ._errors import SessionSerializationError
+
+__all__ = ["INT64_MAX", "INT64_MIN", "check_json", "dumps", "loads"]
+
+# Every engine we support stores integers exactly up to 64 bits (BSON int64, SQLite
+# INTEGER); accepting more would mean some backends silently round.
+INT64_MAX = 2**63 - 1
+INT64_MIN = -(2**63)
+_MAX_DEPTH = 100  # MongoDB and most JSON parsers stop a little above this
+
+
+def check_json(value: Any, path: str) -> None:
+    """Raise `SessionSerializationError` unless *value* is plain, portable JSON."""
+    _check(value, path, 0)
+
+
+def _check(value: Any, path: str, depth: int) -> None:
+    if value is None or value is True or value is False or type(value) is str:
+        return
+    kind = type(value)
+    if kind is int:
+        if not INT64_MIN <= value <= INT64_MAX:
+            raise SessionSerializationError(path, f"integer {value} does not fit in 64 bits")
+        return
+    if kind is float:
+        if not math.isfinite(value):
+            raise SessionSerializationError(path, f"float {value!r} is not valid JSON")
+        return
+    if depth >= _MAX_DEPTH:
+        raise SessionSerializationError(path, f"nested deeper than {_MAX_DEPTH} levels")
+    if kind is dict:
+        for key, item in value.items():
+            if type(key) is not str:
+                raise SessionSerializationError(
+                    f"{path}[{key!r}]", f"key of type {type(key).__name__}, expected str"
+                )
+            _check(item, f"{path}[{key!r}]", depth + 1)
+        return
+    if kind is list:
+        for index, item in enumerate(value):
+            _check(item, f"{path}[{index}]", depth + 1)
+        return
+    # bool/int/str/dict/list subclasses (IntEnum, OrderedDict, ...) would not come back
+    # as the same type, so they are rejected too rather than silently converted.
+    raise SessionSerializationError(path, f"value of type {kind.__name__} is not JSON")
+
+
+def dumps(value: Any) -> str:
+    """Encode already-checked JSON compactly (pydantic-core: fast, no per-item Python)."""
+    return pydantic_core.to_json(value).decode()
+
+
+def loads(data: str | bytes) -> Any:
+    """Decode JSON text stored by `dumps`."""
+    return pydantic_core.from_json(data, allow_inf_nan=False)

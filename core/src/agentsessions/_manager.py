@@ -1,0 +1,544 @@
+"""`SessionManager`: the contract every backend honours, and the logic they all share.
+
+The public methods validate input, check JSON, work out what a save changed and
+enforce ownership, once, here. A backend implements the small ``_``-prefixed hooks
+that move records in and out of its engine (see `agentsessions.backend`).
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import inspect
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
+from datetime import datetime, timedelta
+from types import TracebackType
+from typing import Any, ClassVar, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from . import _json
+from ._errors import (
+    BackendUnavailableError,
+    InvalidInputError,
+    InvalidOptionError,
+    InvalidSessionIdError,
+    ManagerClosedError,
+    PartialSessionError,
+    SessionConflictError,
+    SessionExistsError,
+    SessionNotFoundError,
+    SessionOwnershipError,
+)
+from ._models import Event, Session, SessionPage, SessionSummary, _LoadedState, utcnow
+from ._records import (
+    Capabilities,
+    EventRecord,
+    LoadedSession,
+    SaveRequest,
+    SessionRecord,
+    decode_cursor,
+    encode_cursor,
+    encode_event,
+)
+from ._urls import mask_url, scrub_secret, split_url
+
+__all__ = ["MAX_ID_LENGTH", "ManagerOptions", "SessionManager", "validate_id"]
+
+MAX_ID_LENGTH = 255
+MAX_PAGE_SIZE = 1000
+DEFAULT_UPDATE_RETRIES = 64
+
+ManagerT = TypeVar("ManagerT", bound="SessionManager")
+
+
+def validate_id(value: object, what: str = "session_id") -> str:
+    """Return *value* if it is a usable id, else raise `InvalidSessionIdError`.
+
+    Any non-empty, non-blank string of at most 255 characters is an id, however many
+    quote, brace, dollar or slash characters it holds: backends store ids as data,
+    never splice them into queries. NUL and unpaired surrogates are refused because
+    no engine stores them faithfully.
+    """
+    if type(value) is not str:
+        raise InvalidSessionIdError(f"{what} must be a str, not {type(value).__name__}")
+    if not value or value.isspace():
+        raise InvalidSessionIdError(f"{what} must not be empty or blank")
+    if len(value) > MAX_ID_LENGTH:
+        raise InvalidSessionIdError(
+            f"{what} is {len(value)} characters long; the limit is {MAX_ID_LENGTH}"
+        )
+    if "\x00" in value:
+        raise InvalidSessionIdError(f"{what} must not contain NUL characters")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidSessionIdError(f"{what} holds an unpaired surrogate") from None
+    return value
+
+
+def _optional_id(value: object, what: str) -> str | None:
+    return None if value is None else validate_id(value, what)
+
+
+class ManagerOptions(BaseModel):
+    """Options every backend accepts; a backend extends this with its own fields."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    ttl: float | None = Field(
+        default=None, gt=0, description="seconds of inactivity after which a session expires"
+    )
+    namespace: str = Field(
+        default="",
+        max_length=48,
+        pattern=r"^[A-Za-z0-9_]*$",
+        description="isolates applications that share one server",
+    )
+
+
+class SessionManager(abc.ABC):
+    """Creates, fetches and saves sessions by id. Every method is a coroutine.
+
+    Get one with `agentsessions.connect`; use it with ``async with`` or call
+    `close` when done. A manager is safe to share between tasks of one event loop.
+    """
+
+    #: The options model; a backend subclasses `ManagerOptions` to add its own.
+    Options: ClassVar[type[ManagerOptions]] = ManagerOptions
+    #: Query parameters that belong to the driver and stay in the URL.
+    driver_query_params: ClassVar[frozenset[str]] = frozenset()
+    #: What this backend supports beyond the mandatory operations.
+    capabilities: ClassVar[Capabilities] = Capabilities()
+
+    def __init__(self, url: str, options: ManagerOptions) -> None:
+        self._url = url
+        self.options = options
+        self._open_lock: asyncio.Lock | None = None
+        self._opened = False
+        self._closed = False
+
+    # -- construction -----------------------------------------------------------------
+
+    @classmethod
+    def from_url(cls: type[ManagerT], url: str, **options: Any) -> ManagerT:
+        """Build a manager from *url*; query parameters and keyword options are validated."""
+        base, from_query = split_url(url, cls.driver_query_params)
+        for name in from_query.keys() & options.keys():
+            raise InvalidOptionError(f"option {name!r} is given both in the URL and as an argument")
+        return cls(base, cls.parse_options({**from_query, **options}))
+
+    @classmethod
+    def parse_options(cls, raw: Mapping[str, Any]) -> ManagerOptions:
+        """Validate *raw* against `Options`, with an error naming each bad option."""
+        try:
+            return cls.Options.model_validate(dict(raw))
+        except ValidationError as exc:
+            problems = []
+            for error in exc.errors():
+                name = ".".join(str(part) for part in error["loc"]) or "options"
+                if error["type"] == "extra_forbidden":
+                    known = ", ".join(sorted(cls.Options.model_fields))
+                    problems.append(f"unknown option {name!r} (known: {known})")
+                else:
+                    problems.append(f"option {name!r}: {error['msg']} (got {error['input']!r})")
+            raise InvalidOptionError("; ".join(problems)) from None
+
+    def with_options(self: ManagerT, **changes: Any) -> ManagerT:
+        """A new, unopened manager on the same URL with some options changed.
+
+        ``manager.with_options(namespace="tenant_b")`` isolates another application;
+        the conformance kit uses it to check namespaces, time to live and what a fresh
+        connection really reads back.
+        """
+        merged = {**self.options.model_dump(exclude_unset=True), **changes}
+        return type(self)(self._url, self.parse_options(merged))
+
+    @property
+    def url(self) -> str:
+        """The URL this manager connects to, password masked."""
+        return mask_url(self._url)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.url}>"
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Connect now instead of on first use. Safe to call more than once."""
+        if self._opened:
+            return
+        if self._closed:
+            raise ManagerClosedError(f"{self!r} is closed")
+        if self._open_lock is None:
+            self._open_lock = asyncio.Lock()
+        async with self._open_lock:
+            if not self._opened:
+                await self._open()
+                self._opened = True
+
+    async def close(self) -> None:
+        """Release connections. Idempotent; the manager cannot be used afterwards."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._opened:
+            self._opened = False
+            await self._close()
+
+    async def __aenter__(self: ManagerT) -> ManagerT:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def _ready(self) -> None:
+        if not self._opened:
+            await self.open()
+
+    # -- the contract -------------------------------------------------------------------
+
+    async def create(
+        self, session_id: str, user_id: str | None = None, *, state: dict[str, Any] | None = None
+    ) -> Session:
+        """Store a new, empty session. Raises `SessionExistsError` if the id is taken."""
+        validate_id(session_id)
+        _optional_id(user_id, "user_id")
+        state = {} if state is None else state
+        if type(state) is not dict:
+            raise InvalidInputError(f"state must be a dict, not {type(state).__name__}")
+        _json.check_json(state, "state")
+        await self._ready()
+        now = utcnow()
+        record = SessionRecord(
+            session_id=session_id,
+            user_id=user_id,
+            state=_json.dumps(state),
+            version=1,
+            created_at=now,
+            updated_at=now,
+            expires_at=self._expiry(now),
+            event_count=0,
+        )
+        await self._create(record, now)
+        session = Session.model_construct(
+            session_id=session_id,
+            user_id=user_id,
+            events=[],
+            state=_json.loads(record.state),
+            created_at=now,
+            updated_at=now,
+            version=1,
+        )
+        session._mark_loaded()
+        return session
+
+    async def get(
+        self, session_id: str, *, user_id: str | None = None, last_events: int | None = None
+    ) -> Session | None:
+        """The stored session, or None if absent or expired.
+
+        ``last_events=N`` loads only the newest N events (the backend limits its query,
+        so the cost does not grow with the history). The result is a detached copy.
+        """
+        validate_id(session_id)
+        _optional_id(user_id, "user_id")
+        if last_events is not None and (type(last_events) is not int or last_events < 0):
+            raise InvalidInputError(f"last_events must be None or an int >= 0, not {last_events!r}")
+        await self._ready()
+        loaded = await self._load(session_id, last_events, utcnow())
+        if loaded is None:
+            return None
+        record = loaded.record
+        if user_id is not None and record.user_id != user_id:
+            raise SessionOwnershipError(session_id, user_id)
+        offset = record.event_count - len(loaded.events)
+        session = Session.model_construct(
+            session_id=record.session_id,
+            user_id=record.user_id,
+            events=loaded.events,
+            state=_json.loads(record.state),
+            created_at=record.created_at,
+            updated_at=record.updated_at,
+            version=record.version,
+        )
+        session._mark_loaded(offset=offset, partial=last_events is not None)
+        return session
+
+    async def get_or_create(self, session_id: str, user_id: str | None = None) -> Session:
+        """Get the session, creating it if absent. Concurrent callers share one creation."""
+        while True:
+            session = await self.get(session_id, user_id=user_id)
+            if session is not None:
+                return session
+            try:
+                return await self.create(session_id, user_id)
+            except SessionExistsError:
+                continue  # someone else created it between our get and create: read theirs
+
+    async def save(self, session: Session) -> None:
+        """Persist what changed since *session* was loaded: all of it, or nothing.
+
+        Raises `SessionConflictError` if another save landed since the load, and
+        `SessionNotFoundError` if the session was deleted, expired or never created.
+        """
+        if not isinstance(session, Session):
+            raise InvalidInputError(f"save() takes a Session, not {type(session).__name__}")
+        validate_id(session.session_id)
+        _json.check_json(session.state, "state")
+        state_json = _json.dumps(session.state)
+        await self._ready()
+        loaded = session._loaded
+        if loaded is None:
+            loaded = await self._adopt(session)
+        events = session.events
+        base = loaded.events
+        keep_in_window = _common_prefix(base, events)
+        removed = len(base) - keep_in_window
+        added = events[keep_in_window:]
+        if loaded.partial and removed and added:
+            raise PartialSessionError(
+                f"session {session.session_id!r} was loaded with last_events, so a save may "
+                f"append events or remove events from the end, not both ({removed} loaded "
+                "events were replaced); load it without last_events to rewrite its history"
+            )
+        keep = loaded.offset + keep_in_window
+        new_events = self._encode_new_events(loaded, events, keep_in_window, keep)
+        now = utcnow()
+        new_version = loaded.version + 1
+        record = SessionRecord(
+            session_id=session.session_id,
+            user_id=session.user_id,
+            state=state_json,
+            version=new_version,
+            created_at=session.created_at,
+            updated_at=now,
+            expires_at=self._expiry(now),
+            event_count=keep + len(new_events),
+        )
+        request = SaveRequest(
+            record=record,
+            expected_version=loaded.version,
+            stored_event_count=loaded.offset + len(base),
+            keep=keep,
+            new_events=new_events,
+        )
+        await self._save(request, now)
+        session.version = new_version
+        session.updated_at = now
+        session._loaded = loaded.after_save(new_version, events, keep_in_window)
+
+    async def _adopt(self, session: Session) -> _LoadedState:
+        """A Session built by hand: save it as a full rewrite of the stored one."""
+        stored = await self._load(session.session_id, 0, utcnow())
+        if stored is None:
+            raise SessionNotFoundError(session.session_id)
+        if stored.record.version != session.version:
+            raise SessionConflictError(session.session_id, session.version)
+        if stored.record.user_id != session.user_id:
+            raise InvalidInputError(
+                f"session {session.session_id!r}: user_id cannot be changed by a save"
+            )
+        # Stand-in events: nothing in the new list is identical to them, so all is rewritten.
+        placeholder = Event(author="-")
+        return _LoadedState(
+            version=stored.record.version,
+            events=[placeholder] * stored.record.event_count,
+            offset=0,
+            partial=False,
+        )
+
+    def _encode_new_events(
+        self, loaded: _LoadedState, events: list[Event], start: int, keep: int
+    ) -> list[EventRecord]:
+        # Ids are checked against the loaded events (a partial load sees only its
+        # window); the set is kept on the load so repeated appends stay O(new events).
+        known = loaded.ids_of_prefix(start)
+        added: set[str] = set()
+        encoded = []
+        for index in range(start, len(events)):
+            event = events[index]
+            if not isinstance(event, Event):
+                raise InvalidInputError(
+                    f"events[{index}] is a {type(event).__name__}, not an Event"
+                )
+            if event.id in known or event.id in added:
+                raise InvalidInputError(f"events[{index}]: duplicate event id {event.id!r}")
+            added.add(event.id)
+            encoded.append(encode_event(event, keep + index - start, f"events[{index}]"))
+        return encoded
+
+    async def update(
+        self,
+        session_id: str,
+        fn: Callable[[Session], Awaitable[object] | object],
+        *,
+        user_id: str | None = None,
+        create: bool = False,
+        retries: int = DEFAULT_UPDATE_RETRIES,
+    ) -> Session:
+        """Load, apply *fn*, save; on `SessionConflictError` reload and apply again.
+
+        *fn* may be sync or async and must be safe to run more than once. With
+        ``create=True`` an absent session is created first; otherwise absent raises
+        `SessionNotFoundError`. After *retries* conflicts the last one is raised.
+        """
+        for attempt in range(retries + 1):
+            if create:
+                session: Session | None = await self.get_or_create(session_id, user_id)
+            else:
+                session = await self.get(session_id, user_id=user_id)
+            if session is None:
+                raise SessionNotFoundError(session_id)
+            result = fn(session)
+            if inspect.isawaitable(result):
+                await result
+            try:
+                await self.save(session)
+            except SessionConflictError:
+                if attempt >= retries:
+                    raise
+                # Jittered backoff: contenders spread out instead of colliding again.
+                await asyncio.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))
+                continue
+            return session
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    @asynccontextmanager
+    async def session(
+        self, session_id: str, *, user_id: str | None = None
+    ) -> AsyncIterator[Session]:
+        """``async with manager.session(id) as s:`` gets or creates, and saves on normal exit."""
+        session = await self.get_or_create(session_id, user_id)
+        yield session
+        await self.save(session)
+
+    async def delete(self, session_id: str, *, user_id: str | None = None) -> bool:
+        """Delete a session and its events; False if it was not stored."""
+        validate_id(session_id)
+        _optional_id(user_id, "user_id")
+        await self._ready()
+        if user_id is not None:
+            loaded = await self._load(session_id, 0, utcnow())
+            if loaded is None:
+                return False
+            if loaded.record.user_id != user_id:
+                raise SessionOwnershipError(session_id, user_id)
+        return await self._delete(session_id)
+
+    async def delete_user(self, user_id: str) -> int:
+        """Erase every session of *user_id*; returns how many were deleted."""
+        validate_id(user_id, "user_id")
+        await self._ready()
+        return await self._delete_user(user_id)
+
+    async def list_sessions(
+        self, *, user_id: str | None = None, limit: int = 100, cursor: str | None = None
+    ) -> SessionPage:
+        """A page of summaries, newest created first (ties by id, descending).
+
+        The order never changes for a stored session, so paging with ``next_cursor``
+        visits each session once even while others are saved.
+        """
+        _optional_id(user_id, "user_id")
+        if type(limit) is not int or not 1 <= limit <= MAX_PAGE_SIZE:
+            raise InvalidInputError(
+                f"limit must be an int from 1 to {MAX_PAGE_SIZE}, not {limit!r}"
+            )
+        after = None if cursor is None else decode_cursor(cursor)
+        await self._ready()
+        items = await self._list(user_id, limit + 1, after, utcnow())
+        if len(items) <= limit:
+            return SessionPage(items=items, next_cursor=None)
+        last = items[limit - 1]
+        return SessionPage(
+            items=items[:limit], next_cursor=encode_cursor(last.created_at, last.session_id)
+        )
+
+    async def purge_expired(self) -> int:
+        """Remove expired sessions now; returns how many. Expired ones are already invisible."""
+        await self._ready()
+        return await self._purge_expired(utcnow())
+
+    # -- helpers for backends ---------------------------------------------------------
+
+    def _expiry(self, now: datetime) -> datetime | None:
+        ttl = self.options.ttl
+        return None if ttl is None else now + timedelta(seconds=ttl)
+
+    def _unavailable(self, exc: BaseException) -> BackendUnavailableError:
+        """A `BackendUnavailableError` for *exc*, with every trace of the password masked."""
+        reason = scrub_secret(f"{type(exc).__name__}: {exc}", self._url)
+        return BackendUnavailableError(self.url, reason)
+
+    # -- what a backend implements ------------------------------------------------------
+
+    @abc.abstractmethod
+    async def _open(self) -> None:
+        """Connect (create pools, schemas). Called once, lazily."""
+
+    @abc.abstractmethod
+    async def _close(self) -> None:
+        """Release what `_open` acquired."""
+
+    @abc.abstractmethod
+    async def _create(self, record: SessionRecord, now: datetime) -> None:
+        """Insert *record* atomically; `SessionExistsError` if a live one has its id.
+
+        An expired session with the id counts as absent and is replaced.
+        """
+
+    @abc.abstractmethod
+    async def _load(
+        self, session_id: str, last_events: int | None, now: datetime
+    ) -> LoadedSession | None:
+        """The record and its newest *last_events* events (all if None); None if absent/expired."""
+
+    @abc.abstractmethod
+    async def _save(self, request: SaveRequest, now: datetime) -> None:
+        """Apply *request* atomically (see `SaveRequest`)."""
+
+    @abc.abstractmethod
+    async def _delete(self, session_id: str) -> bool:
+        """Delete the session and its events; whether one was stored (expired counts as not)."""
+
+    @abc.abstractmethod
+    async def _delete_user(self, user_id: str) -> int:
+        """Delete every session of *user_id*; how many live ones there were."""
+
+    @abc.abstractmethod
+    async def _list(
+        self,
+        user_id: str | None,
+        limit: int,
+        after: tuple[datetime, str] | None,
+        now: datetime,
+    ) -> list[SessionSummary]:
+        """Up to *limit* live summaries ordered by (created_at, session_id) descending,
+        strictly after the *after* position when given."""
+
+    async def _purge_expired(self, now: datetime) -> int:
+        """Delete expired sessions; a backend whose engine expires data itself keeps this."""
+        return 0
+
+
+def _common_prefix(base: list[Event], events: list[Event]) -> int:
+    """How many leading events are unchanged since the load."""
+    size = len(base)
+    # The usual case, an append, is settled by one C-level list comparison (which
+    # compares by identity first), so it costs almost nothing even for long histories.
+    if len(events) >= size and events[:size] == base:
+        return size
+    for index, (old, new) in enumerate(zip(base, events, strict=False)):
+        if old is not new and old != new:
+            return index
+    return min(size, len(events))

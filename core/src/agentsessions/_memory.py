@@ -1,0 +1,158 @@
+"""The in-memory backend (``memory://``): the reference semantics of the contract.
+
+It stores encoded JSON, not objects, so nothing a caller holds is ever aliased with
+what is stored, exactly as with a real database. ``memory://`` is private to one
+manager; ``memory://NAME`` is shared by every manager in the process that uses NAME.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import ClassVar
+
+from ._errors import SessionConflictError, SessionExistsError, SessionNotFoundError
+from ._manager import ManagerOptions, SessionManager
+from ._models import SessionSummary, utcnow
+from ._records import Capabilities, LoadedSession, SaveRequest, SessionRecord, decode_events
+
+__all__ = ["MemorySessionManager"]
+
+
+@dataclass
+class _Stored:
+    record: SessionRecord
+    events: list[str]
+
+
+@dataclass
+class _Store:
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    # namespace -> session_id -> stored session
+    spaces: dict[str, dict[str, _Stored]] = field(default_factory=dict)
+
+
+_named_stores: dict[str, _Store] = {}
+_named_lock = threading.Lock()
+
+
+def _live(stored: _Stored | None, now: datetime) -> _Stored | None:
+    if stored is None:
+        return None
+    expires = stored.record.expires_at
+    return None if expires is not None and expires <= now else stored
+
+
+class MemorySessionManager(SessionManager):
+    """Sessions in this process's memory; gone when the process ends."""
+
+    capabilities: ClassVar[Capabilities] = Capabilities(persistent=False, shared=True)
+
+    def __init__(self, url: str = "memory://", options: ManagerOptions | None = None) -> None:
+        super().__init__(url, options or ManagerOptions())
+        name = url.partition("://")[2].strip("/")
+        if name:
+            with _named_lock:
+                self._store = _named_stores.setdefault(name, _Store())
+        else:
+            self._store = _Store()
+
+    @property
+    def _space(self) -> dict[str, _Stored]:
+        return self._store.spaces.setdefault(self.options.namespace, {})
+
+    async def _open(self) -> None:
+        pass
+
+    async def _close(self) -> None:
+        pass
+
+    async def _create(self, record: SessionRecord, now: datetime) -> None:
+        with self._store.lock:
+            space = self._space
+            if _live(space.get(record.session_id), now) is not None:
+                raise SessionExistsError(record.session_id)
+            space[record.session_id] = _Stored(record, [])
+
+    async def _load(
+        self, session_id: str, last_events: int | None, now: datetime
+    ) -> LoadedSession | None:
+        with self._store.lock:
+            stored = _live(self._space.get(session_id), now)
+            if stored is None:
+                return None
+            record = stored.record
+            if last_events is None:
+                texts = list(stored.events)
+            else:
+                texts = stored.events[len(stored.events) - last_events :] if last_events else []
+        return LoadedSession(record, decode_events(texts))
+
+    async def _save(self, request: SaveRequest, now: datetime) -> None:
+        session_id = request.record.session_id
+        with self._store.lock:
+            stored = _live(self._space.get(session_id), now)
+            if stored is None:
+                raise SessionNotFoundError(session_id)
+            if stored.record.version != request.expected_version:
+                raise SessionConflictError(session_id, request.expected_version)
+            events = stored.events[: request.keep]
+            events.extend(event.data for event in request.new_events)
+            # Ownership and creation time never change through a save.
+            record = replace(
+                request.record,
+                user_id=stored.record.user_id,
+                created_at=stored.record.created_at,
+            )
+            self._space[session_id] = _Stored(record, events)
+
+    async def _delete(self, session_id: str) -> bool:
+        with self._store.lock:
+            stored = self._space.pop(session_id, None)
+        return _live(stored, utcnow()) is not None
+
+    async def _delete_user(self, user_id: str) -> int:
+        with self._store.lock:
+            space = self._space
+            doomed = [sid for sid, stored in space.items() if stored.record.user_id == user_id]
+            for sid in doomed:
+                del space[sid]
+        return len(doomed)
+
+    async def _list(
+        self,
+        user_id: str | None,
+        limit: int,
+        after: tuple[datetime, str] | None,
+        now: datetime,
+    ) -> list[SessionSummary]:
+        with self._store.lock:
+            records = [
+                stored.record
+                for stored in self._space.values()
+                if _live(stored, now) is not None
+                and (user_id is None or stored.record.user_id == user_id)
+            ]
+        records.sort(key=lambda r: (r.created_at, r.session_id), reverse=True)
+        if after is not None:
+            records = [r for r in records if (r.created_at, r.session_id) < after]
+        return [
+            SessionSummary(
+                session_id=r.session_id,
+                user_id=r.user_id,
+                created_at=r.created_at,
+                updated_at=r.updated_at,
+                event_count=r.event_count,
+                version=r.version,
+            )
+            for r in records[:limit]
+        ]
+
+    async def _purge_expired(self, now: datetime) -> int:
+        with self._store.lock:
+            space = self._space
+            doomed = [sid for sid, stored in space.items() if _live(stored, now) is None]
+            for sid in doomed:
+                del space[sid]
+        return len(doomed)

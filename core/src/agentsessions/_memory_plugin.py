@@ -1,0 +1,19 @@
+"""Core's own entry point: registers ``memory://`` exactly as a backend distribution would."""
+
+from __future__ import annotations
+
+from ._registry import BackendSpec, hookimpl
+from ._version import __version__
+
+
+@hookimpl
+def agentsessions_backends() -> list[BackendSpec]:
+    return [
+        BackendSpec(
+            schemes=("memory",),
+            manager="agentsessions._memory:MemorySessionManager",
+            distribution="agentsessions",
+            version=__version__,
+            description="in-process memory; the reference semantics",
+        )
+    ]

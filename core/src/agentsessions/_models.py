@@ -1,0 +1,171 @@
+"""The data model: `Event`, `Session` and the summaries that listing returns."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, TypeVar
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, PrivateAttr, field_validator
+
+from . import _json
+
+__all__ = ["Event", "Session", "SessionPage", "SessionSummary", "utcnow"]
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+def utcnow() -> datetime:
+    """The current time, timezone-aware in UTC (storage keeps microseconds)."""
+    return datetime.now(timezone.utc)
+
+
+def _to_utc(value: datetime) -> datetime:
+    # Stored timestamps are always UTC so that ordering and comparison never depend
+    # on the offset a caller happened to use.
+    if value.utcoffset():
+        return value.astimezone(timezone.utc)
+    return value
+
+
+def _new_event_id() -> str:
+    return uuid.uuid4().hex
+
+
+class Event(BaseModel):
+    """One entry of a conversation: a message, a tool call, a tool result, a note.
+
+    Events are immutable values: edit one with ``event.model_copy(update={...})`` and
+    put the copy in ``session.events``, so that `SessionManager.save` can see what
+    changed without comparing contents.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str = Field(default_factory=_new_event_id, min_length=1, max_length=255)
+    author: str = Field(min_length=1, max_length=255)
+    content: Any = None
+    timestamp: AwareDatetime = Field(default_factory=utcnow)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("timestamp")
+    @classmethod
+    def _timestamp_in_utc(cls, value: datetime) -> datetime:
+        return _to_utc(value)
+
+
+@dataclass(slots=True)
+class _LoadedState:
+    """What a Session looked like when it came out of (or last went into) the store."""
+
+    version: int
+    events: list[Event]
+    offset: int  # absolute position of events[0]; > 0 only for a partial load
+    partial: bool
+    ids: set[str] | None = None  # ids of `events`, built on the first save that needs it
+
+    def ids_of_prefix(self, length: int) -> set[str]:
+        """The ids of ``events[:length]``; cached when that is the whole list. Do not mutate."""
+        if length != len(self.events):
+            return {event.id for event in self.events[:length]}
+        if self.ids is None:
+            self.ids = {event.id for event in self.events}
+        return self.ids
+
+    def after_save(self, version: int, events: list[Event], kept: int) -> _LoadedState:
+        """The state once a save of *events*, keeping the first *kept* loaded ones, landed."""
+        ids = None
+        if self.ids is not None and kept == len(self.events):
+            # A pure append: extend the cached set instead of rebuilding it.
+            ids = self.ids
+            ids.update(event.id for event in events[kept:])
+        return _LoadedState(version, list(events), self.offset, self.partial, ids)
+
+
+class Session(BaseModel):
+    """One conversation: its events in order, a JSON state dict, owner and version.
+
+    A Session is a detached copy. Changing it changes nothing stored until
+    `SessionManager.save`, which writes exactly what changed since the copy was loaded.
+    """
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=False)
+
+    session_id: str
+    user_id: str | None = None
+    events: list[Event] = Field(default_factory=list)
+    state: dict[str, Any] = Field(default_factory=dict)
+    created_at: AwareDatetime = Field(default_factory=utcnow)
+    updated_at: AwareDatetime = Field(default_factory=utcnow)
+    version: int = 0
+
+    _loaded: _LoadedState | None = PrivateAttr(default=None)
+
+    @field_validator("created_at", "updated_at")
+    @classmethod
+    def _times_in_utc(cls, value: datetime) -> datetime:
+        return _to_utc(value)
+
+    # -- conveniences -----------------------------------------------------------------
+
+    def add_event(self, author: str, content: Any = None, **metadata: Any) -> Event:
+        """Append a new event and return it."""
+        event = Event(author=author, content=content, metadata=metadata)
+        self.events.append(event)
+        return event
+
+    def put_model(self, key: str, model: BaseModel) -> None:
+        """Store a pydantic model in ``state[key]`` as plain JSON (never pickle)."""
+        self.state[key] = model.model_dump(mode="json")
+
+    def get_model(self, key: str, model_type: type[ModelT]) -> ModelT | None:
+        """Read ``state[key]`` back, validated as *model_type*; None when the key is absent."""
+        raw = self.state.get(key)
+        if raw is None:
+            return None
+        return model_type.model_validate(raw)
+
+    def pop_model(self, key: str, model_type: type[ModelT]) -> ModelT | None:
+        """Like `get_model`, and remove the key from the state."""
+        found = self.get_model(key, model_type)
+        self.state.pop(key, None)
+        return found
+
+    @property
+    def is_partial(self) -> bool:
+        """True when loaded with ``last_events``: ``events`` holds only the newest ones."""
+        return self._loaded is not None and self._loaded.partial
+
+    @property
+    def first_event_position(self) -> int:
+        """Position in the full history of ``events[0]`` (0 unless partially loaded)."""
+        return self._loaded.offset if self._loaded is not None else 0
+
+    def _mark_loaded(self, *, offset: int = 0, partial: bool = False) -> None:
+        self._loaded = _LoadedState(
+            version=self.version, events=list(self.events), offset=offset, partial=partial
+        )
+
+    def _check_serializable(self) -> None:
+        _json.check_json(self.state, "state")
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSummary:
+    """A session without its events, as `SessionManager.list_sessions` returns it."""
+
+    session_id: str
+    user_id: str | None
+    created_at: datetime
+    updated_at: datetime
+    event_count: int
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class SessionPage:
+    """One page of summaries, newest first, and the cursor of the next page (None at the end)."""
+
+    items: list[SessionSummary]
+    next_cursor: str | None

@@ -1,0 +1,151 @@
+"""What a backend stores and is handed: plain records, already validated and encoded.
+
+A backend never sees a `Session` object. `SessionManager` validates ids, checks that
+values are JSON, encodes them and works out what changed; the backend only moves
+these records in and out of its engine atomically. Keeping that split is what makes
+every backend behave the same and a new backend a few hundred lines.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from pydantic import TypeAdapter
+
+from . import _json
+from ._errors import InvalidInputError
+from ._models import Event
+
+__all__ = [
+    "Capabilities",
+    "EventRecord",
+    "LoadedSession",
+    "SaveRequest",
+    "SessionRecord",
+    "decode_cursor",
+    "decode_events",
+    "encode_cursor",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a backend supports beyond the mandatory operations; the kit reads these.
+
+    ``persistent``: data survives closing the manager and connecting again.
+    ``shared``: two managers connected to one URL see one store (so the kit can race
+    them against each other, not only tasks on one manager).
+    ``ttl``: the ``ttl`` option expires sessions.
+    ``namespaces``: the ``namespace`` option isolates applications on one server.
+    ``max_event_bytes``: the largest encoded event the backend stores, if it has a limit.
+    """
+
+    persistent: bool = False
+    shared: bool = False
+    ttl: bool = True
+    namespaces: bool = True
+    max_event_bytes: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRecord:
+    """One session's row: everything but its events. ``state`` is JSON text."""
+
+    session_id: str
+    user_id: str | None
+    state: str
+    version: int
+    created_at: datetime
+    updated_at: datetime
+    expires_at: datetime | None
+    event_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class EventRecord:
+    """One event at its position (0-based) in the session; ``data`` is the whole event as JSON."""
+
+    position: int
+    event_id: str
+    data: str
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedSession:
+    """What a backend returns from a load: the record and the events it read.
+
+    ``events`` are the newest ``len(events)`` events in order, so the first one sits
+    at position ``record.event_count - len(events)``.
+    """
+
+    record: SessionRecord
+    events: list[Event]
+
+
+@dataclass(frozen=True, slots=True)
+class SaveRequest:
+    """One atomic save, expressed as "keep a prefix, replace the rest".
+
+    Apply it all or nothing, and only if the stored version is still
+    ``expected_version`` (else raise `SessionConflictError`; if the session is not
+    stored or has expired, `SessionNotFoundError`):
+
+    1. delete the events at positions ``>= keep`` (none when ``keep == stored_event_count``,
+       the common case of a plain append: skip the statement),
+    2. insert ``new_events`` (their positions start at ``keep``),
+    3. write ``record`` (new version, state, updated_at, expires_at, event_count).
+    """
+
+    record: SessionRecord
+    expected_version: int
+    stored_event_count: int
+    keep: int
+    new_events: list[EventRecord]
+
+    @property
+    def truncates(self) -> bool:
+        """Whether any stored event is deleted."""
+        return self.keep < self.stored_event_count
+
+
+_EVENTS = TypeAdapter(list[Event])
+
+
+def decode_events(texts: Sequence[str] | Sequence[bytes]) -> list[Event]:
+    """Decode stored event JSON texts in one pass (pydantic-core, no per-event Python)."""
+    if not texts:
+        return []
+    if isinstance(texts[0], bytes):
+        blob: str | bytes = b"[" + b",".join(texts) + b"]"  # type: ignore[arg-type]
+    else:
+        blob = "[" + ",".join(texts) + "]"  # type: ignore[arg-type]
+    return _EVENTS.validate_json(blob)
+
+
+def encode_event(event: Event, position: int, path: str) -> EventRecord:
+    """Check and encode one event; *path* names it in errors (``events[3]``)."""
+    _json.check_json(event.content, f"{path}.content")
+    _json.check_json(event.metadata, f"{path}.metadata")
+    return EventRecord(position=position, event_id=event.id, data=event.model_dump_json())
+
+
+def encode_cursor(created_at: datetime, session_id: str) -> str:
+    """An opaque cursor for the listing order (created_at, session_id) descending."""
+    raw = _json.dumps([created_at.isoformat(), session_id]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, str]:
+    """The inverse of `encode_cursor`; a malformed cursor is an `InvalidInputError`."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        created, session_id = _json.loads(raw)
+        when = datetime.fromisoformat(created)
+        if when.tzinfo is None or not isinstance(session_id, str):
+            raise ValueError(cursor)
+    except (ValueError, TypeError) as exc:
+        raise InvalidInputError(f"malformed listing cursor {cursor!r}") from exc
+    return when, session_id

@@ -1,0 +1,56 @@
+"""Shared fixtures: where each backend's server is.
+
+Each server is found by the `servers` tooling (a URL from the environment, else a
+server started on loopback, else testcontainers). When none can be had the test is
+skipped with the reason, unless AGENTSESSIONS_REQUIRE_SERVERS=1 (CI), where a
+missing server fails the run: a green run with skipped backends proves nothing.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import pytest
+
+REQUIRE_SERVERS = os.environ.get("AGENTSESSIONS_REQUIRE_SERVERS") == "1"
+
+
+def _server(kind: str, find: Callable[[], str]) -> str:
+    from servers import ServerUnavailable
+
+    try:
+        return find()
+    except ServerUnavailable as exc:
+        message = f"no {kind} server: {exc}"
+        if REQUIRE_SERVERS:
+            pytest.fail(message + " (AGENTSESSIONS_REQUIRE_SERVERS=1)", pytrace=False)
+        pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> str:
+    from servers import find_postgres
+
+    return _server("PostgreSQL", find_postgres)
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    from servers import find_redis
+
+    return _server("Redis", find_redis)
+
+
+@pytest.fixture(scope="session")
+def redis_cluster_url() -> str:
+    from servers import find_redis_cluster
+
+    return _server("Redis Cluster", find_redis_cluster)
+
+
+@pytest.fixture(scope="session")
+def mongo_url() -> str:
+    from servers import find_mongo
+
+    return _server("MongoDB", find_mongo)
