@@ -1,0 +1,69 @@
+"""Test automation: ``nox`` runs lint, typecheck, the project's tests and the kit per backend.
+
+Each conformance session installs only core, the kit and ONE backend, so a backend
+that forgot to declare a dependency fails there instead of passing by accident.
+Servers are found by tests/servers: set AGENTSESSIONS_REQUIRE_SERVERS=1 (CI does) to
+turn a missing server into a failure instead of a skip.
+"""
+
+from __future__ import annotations
+
+import os
+
+import nox
+
+nox.options.default_venv_backend = "uv"
+nox.options.reuse_existing_virtualenvs = True
+nox.options.error_on_missing_interpreters = True
+nox.options.sessions = ["lint", "typecheck", "tests", "conformance"]
+
+PYTHON = os.environ.get("AGENTSESSIONS_NOX_PYTHON") or None  # None: the Python running nox
+BACKENDS = ("memory", "sqlite", "postgres", "redis", "mongo")
+MEMBERS = ("core", "conformance", *(f"backends/{name}" for name in BACKENDS[1:]))
+TEST_DEPS = ("pytest>=8.3", "pytest-asyncio>=1.0", "hypothesis>=6.100")
+
+
+def _editable(*paths: str) -> list[str]:
+    args: list[str] = []
+    for path in paths:
+        args += ["-e", path]
+    return args
+
+
+@nox.session(python=PYTHON)
+def lint(session: nox.Session) -> None:
+    """ruff check and format check on the whole tree."""
+    session.install("ruff>=0.8")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session(python=PYTHON)
+def typecheck(session: nox.Session) -> None:
+    """mypy --strict on core and the kit (configured in pyproject.toml)."""
+    session.install("mypy>=1.13", *TEST_DEPS, *_editable(*MEMBERS))
+    session.run("mypy")
+
+
+@nox.session(python=PYTHON)
+def tests(session: nox.Session) -> None:
+    """The project's own tests: core, kit self-tests, runtime, CLI, cross-backend."""
+    session.install(*TEST_DEPS, "redis>=5.2", *_editable(*MEMBERS))
+    session.run(
+        "pytest", "tests", "--ignore=tests/backends", *session.posargs
+    )
+
+
+@nox.session(python=PYTHON)
+@nox.parametrize("backend", BACKENDS)
+def conformance(session: nox.Session, backend: str) -> None:
+    """The conformance kit and the backend's own tests, with only that backend installed."""
+    members = ["core", "conformance"]
+    if backend != "memory":
+        members.append(f"backends/{backend}")
+    session.install(*TEST_DEPS, *_editable(*members))
+    if backend == "memory":
+        args = ["tests/kit/test_memory_conformance.py"]
+    else:
+        args = [f"tests/backends/{backend}"]
+    session.run("pytest", *args, *session.posargs)

@@ -1,0 +1,67 @@
+"""The model: immutable UTC events, sessions with typed state helpers."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pydantic
+import pytest
+
+from agentsessions import Event, Session
+
+
+def test_event_defaults() -> None:
+    event = Event(author="user", content="hi")
+    assert event.id and len(event.id) == 32
+    assert event.timestamp.utcoffset() == dt.timedelta(0)
+    assert event.metadata == {}
+    assert Event(author="user").id != event.id
+
+
+def test_events_are_immutable() -> None:
+    event = Event(author="user", content="hi")
+    with pytest.raises(pydantic.ValidationError):
+        event.content = "changed"  # type: ignore[misc]
+    assert event.model_copy(update={"content": "changed"}).content == "changed"
+
+
+def test_naive_timestamps_are_rejected_and_offsets_become_utc() -> None:
+    with pytest.raises(pydantic.ValidationError, match="timezone"):
+        Event(author="user", timestamp=dt.datetime(2026, 1, 1, 12))
+    paris = dt.timezone(dt.timedelta(hours=1))
+    event = Event(author="user", timestamp=dt.datetime(2026, 1, 1, 12, tzinfo=paris))
+    assert event.timestamp == dt.datetime(2026, 1, 1, 11, tzinfo=dt.timezone.utc)
+    assert event.timestamp.utcoffset() == dt.timedelta(0)
+
+
+def test_event_rejects_unknown_fields_and_empty_author() -> None:
+    with pytest.raises(pydantic.ValidationError):
+        Event(author="user", colour="red")  # type: ignore[call-arg]
+    with pytest.raises(pydantic.ValidationError):
+        Event(author="")
+
+
+class Pending(pydantic.BaseModel):
+    tool: str
+    when: dt.datetime
+
+
+def test_models_in_state_go_in_as_json_and_come_back_validated() -> None:
+    session = Session(session_id="s")
+    when = dt.datetime(2026, 11, 29, 12, 0, 0, 123456, tzinfo=dt.timezone.utc)
+    session.put_model("pending", Pending(tool="send_note", when=when))
+    assert session.state["pending"] == {"tool": "send_note", "when": "2026-11-29T12:00:00.123456Z"}
+    restored = session.get_model("pending", Pending)
+    assert restored == Pending(tool="send_note", when=when)
+    assert session.get_model("absent", Pending) is None
+    assert session.pop_model("pending", Pending) == restored
+    assert "pending" not in session.state
+
+
+def test_add_event_appends_and_returns_it() -> None:
+    session = Session(session_id="s")
+    event = session.add_event("user", {"text": "hi"}, channel="web")
+    assert session.events == [event]
+    assert event.metadata == {"channel": "web"}
+    assert not session.is_partial
+    assert session.first_event_position == 0

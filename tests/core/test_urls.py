@@ -1,0 +1,47 @@
+"""Passwords never escape, and URL options are split without guessing."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentsessions import InvalidOptionError, mask_url
+from agentsessions._urls import scrub_secret, split_url
+
+
+@pytest.mark.parametrize(
+    ("url", "masked"),
+    [
+        ("postgresql://app:s3cret@db:5432/x", "postgresql://app:***@db:5432/x"),
+        ("redis://:s3cret@cache:6379/0", "redis://:***@cache:6379/0"),
+        ("mongodb://u:p%40ss@h1:1,h2:2/db?replicaSet=rs", "mongodb://u:***@h1:1,h2:2/db?replicaSet=rs"),
+        ("redis://cache:6379/0?password=s3cret&db=1", "redis://cache:6379/0?password=***&db=1"),
+        ("sqlite:///sessions.db", "sqlite:///sessions.db"),
+        ("postgresql://app@db/x", "postgresql://app@db/x"),
+    ],
+)
+def test_mask_url(url: str, masked: str) -> None:
+    assert mask_url(url) == masked
+
+
+def test_scrub_secret_removes_the_password_from_driver_messages() -> None:
+    url = "postgresql://app:hunter2@db/x"
+    text = scrub_secret(f"could not connect to {url}: password hunter2 rejected", url)
+    assert "hunter2" not in text
+    assert "postgresql://app:***@db/x" in text
+
+
+def test_split_url_takes_our_options_and_keeps_the_drivers() -> None:
+    base, options = split_url(
+        "postgresql://h/db?ttl=60&sslmode=require&namespace=a", frozenset({"sslmode"})
+    )
+    assert base == "postgresql://h/db?sslmode=require"
+    assert options == {"ttl": "60", "namespace": "a"}
+
+
+def test_split_url_keeps_an_empty_authority() -> None:
+    assert split_url("memory://?ttl=1") == ("memory://", {"ttl": "1"})
+
+
+def test_an_option_given_twice_is_an_error() -> None:
+    with pytest.raises(InvalidOptionError, match="'ttl' is given twice"):
+        split_url("memory://?ttl=1&ttl=2")

@@ -1,0 +1,55 @@
+"""Find or start the database servers the test suite and the benchmarks need.
+
+For each kind the policy is: a URL from ``$AGENTSESSIONS_<KIND>_URL``; else a private
+server started here from installed binaries on a free 127.0.0.1 port; else a
+testcontainers container (only with testcontainers and a reachable Docker engine); else
+:class:`ServerUnavailable`, which the pytest side turns into a skip (a failure in CI).
+
+Finders (``find_postgres()`` ...) return a URL and share one server per kind per
+process. ``start_*()`` return a fresh :class:`ManagedServer` the caller owns -- use
+those for tests that stop and restart the server. ``python -m servers`` starts servers
+for CI and benchmarks and prints ``export`` lines. See README.md in this folder.
+
+This package depends only on the standard library (testcontainers optionally).
+"""
+
+from __future__ import annotations
+
+from ._find import (
+    ENV_VARS,
+    KINDS,
+    Kind,
+    find,
+    find_mongo,
+    find_postgres,
+    find_redis,
+    find_redis_cluster,
+    started_server,
+    stop_all,
+)
+from ._mongo import SECANTUS_SPEC, ensure_secantus, start_mongo
+from ._postgres import start_postgres
+from ._process import ManagedServer, ServerUnavailable, free_port
+from ._redis import start_redis, start_redis_cluster
+
+__all__ = [
+    "ENV_VARS",
+    "KINDS",
+    "SECANTUS_SPEC",
+    "Kind",
+    "ManagedServer",
+    "ServerUnavailable",
+    "ensure_secantus",
+    "find",
+    "find_mongo",
+    "find_postgres",
+    "find_redis",
+    "find_redis_cluster",
+    "free_port",
+    "start_mongo",
+    "start_postgres",
+    "start_redis",
+    "start_redis_cluster",
+    "started_server",
+    "stop_all",
+]
