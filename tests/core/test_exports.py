@@ -5,10 +5,9 @@ from __future__ import annotations
 import inspect
 import types
 
-import pytest
-
 import agentsessions
 import agentsessions.backend
+import pytest
 
 
 @pytest.mark.parametrize("module", [agentsessions, agentsessions.backend])

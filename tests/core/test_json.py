@@ -7,11 +7,10 @@ import enum
 from typing import Any
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-
 from agentsessions import SessionSerializationError
 from agentsessions._json import INT64_MAX, INT64_MIN, check_json, dumps, loads
+from hypothesis import given
+from hypothesis import strategies as st
 
 json_values = st.recursive(
     st.none()
@@ -19,8 +18,9 @@ json_values = st.recursive(
     | st.integers(INT64_MIN, INT64_MAX)
     | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(),
-    lambda children: st.lists(children, max_size=5)
-    | st.dictionaries(st.text(), children, max_size=5),
+    lambda children: (
+        st.lists(children, max_size=5) | st.dictionaries(st.text(), children, max_size=5)
+    ),
     max_leaves=30,
 )
 

@@ -6,7 +6,6 @@ import datetime as dt
 
 import pydantic
 import pytest
-
 from agentsessions import Event, Session
 
 

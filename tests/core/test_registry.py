@@ -7,21 +7,20 @@ import sys
 from importlib.metadata import EntryPoint
 from typing import Any
 
-import pytest
-
 import agentsessions
+import pytest
 from agentsessions import (
     BackendConflictError,
     InvalidInputError,
     InvalidOptionError,
     MemorySessionManager,
     UnknownBackendError,
+    _registry,
     connect,
     installed_backends,
     register_backend,
     unregister_backend,
 )
-from agentsessions import _registry
 
 
 def test_memory_is_registered_through_core_entry_point() -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from agentsessions import InvalidOptionError, mask_url
 from agentsessions._urls import scrub_secret, split_url
 
@@ -13,7 +12,10 @@ from agentsessions._urls import scrub_secret, split_url
     [
         ("postgresql://app:s3cret@db:5432/x", "postgresql://app:***@db:5432/x"),
         ("redis://:s3cret@cache:6379/0", "redis://:***@cache:6379/0"),
-        ("mongodb://u:p%40ss@h1:1,h2:2/db?replicaSet=rs", "mongodb://u:***@h1:1,h2:2/db?replicaSet=rs"),
+        (
+            "mongodb://u:p%40ss@h1:1,h2:2/db?replicaSet=rs",
+            "mongodb://u:***@h1:1,h2:2/db?replicaSet=rs",
+        ),
         ("redis://cache:6379/0?password=s3cret&db=1", "redis://cache:6379/0?password=***&db=1"),
         ("sqlite:///sessions.db", "sqlite:///sessions.db"),
         ("postgresql://app@db/x", "postgresql://app@db/x"),

@@ -1,10 +1,24 @@
-"""Entry point of agentsessions-postgres (placeholder until the backend lands)."""
+"""Entry point of agentsessions-postgres: names the manager without importing asyncpg.
+
+`connect("memory://")` loads every plugin module to learn the schemes, so this module
+stays light; the manager (and asyncpg with it) is imported only for a postgres URL.
+"""
 
 from __future__ import annotations
 
 from agentsessions.backend import BackendSpec, hookimpl
 
+from ._version import __version__
+
 
 @hookimpl
 def agentsessions_backends() -> list[BackendSpec]:
-    return []
+    return [
+        BackendSpec(
+            schemes=("postgresql", "postgres"),
+            manager="agentsessions_postgres._manager:PostgresSessionManager",
+            distribution="agentsessions-postgres",
+            version=__version__,
+            description="PostgreSQL through an asyncpg connection pool",
+        )
+    ]

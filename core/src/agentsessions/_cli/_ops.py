@@ -1,10 +1,442 @@
-"""Placeholder: this verb group is being written."""
+"""The operator's verbs: backends, ls, show, export, import, copy, rm, erase-user, purge-expired."""
 
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import contextlib
+import dataclasses
+import json
+import os
+import sys
+import tempfile
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+import pydantic
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from .._manager import SessionManager
+from .._models import Session, SessionSummary
+from .._registry import connect, installed_backends
+from .._transfer import Outcome, iter_sessions, same_content, transfer_session
+from ._common import (
+    EXIT_CODES_HELP,
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    CommandError,
+    console,
+    err_console,
+    run,
+)
+
+__all__ = ["register"]
 
 
-def register(subparsers: argparse._SubParsersAction[Any]) -> None:
-    """Register this module's subcommands (none yet)."""
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    def add(name: str, help_text: str) -> argparse.ArgumentParser:
+        return subparsers.add_parser(
+            name,
+            help=help_text,
+            description=help_text,
+            epilog=EXIT_CODES_HELP,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+
+    p = add("backends", "List the installed backends, their packages, versions and capabilities.")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_backends)
+
+    p = add("ls", "List sessions, newest first.")
+    p.add_argument("url")
+    p.add_argument("--user", help="only this user's sessions")
+    p.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
+    p.add_argument("--json", action="store_true", help="one JSON object per line")
+    p.set_defaults(func=_ls)
+
+    p = add("show", "Show one conversation: its events and state.")
+    p.add_argument("url")
+    p.add_argument("session_id")
+    p.add_argument("--last", type=int, help="only the newest N events")
+    p.add_argument("--json", action="store_true", help="the raw session as JSON")
+    p.set_defaults(func=_show)
+
+    p = add("export", "Write sessions as JSON Lines, one session per line (streamed).")
+    p.add_argument("url")
+    p.add_argument("--user", help="only this user's sessions")
+    p.add_argument("-o", "--output", help="file to write (default: standard output)")
+    p.set_defaults(func=_export)
+
+    p = add("import", "Create sessions from a JSON Lines export; never overwrites.")
+    p.add_argument("url")
+    p.add_argument("file", help="the export file, or - for standard input")
+    p.add_argument(
+        "--on-exists",
+        choices=("fail", "skip"),
+        default="fail",
+        help="a session that exists already: stop with an error (default) or skip it",
+    )
+    p.set_defaults(func=_import)
+
+    p = add("copy", "Copy sessions between any two stores; resumable, verified at the end.")
+    p.add_argument("source_url")
+    p.add_argument("destination_url")
+    p.add_argument("--user", help="only this user's sessions")
+    p.set_defaults(func=_copy)
+
+    p = add("rm", "Delete one session.")
+    p.add_argument("url")
+    p.add_argument("session_id")
+    p.set_defaults(func=_rm)
+
+    p = add("erase-user", "Delete every session of one user (asks first unless --yes).")
+    p.add_argument("url")
+    p.add_argument("user_id")
+    p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    p.set_defaults(func=_erase_user)
+
+    p = add("purge-expired", "Remove expired sessions now.")
+    p.add_argument("url")
+    p.set_defaults(func=_purge_expired)
+
+
+# -- backends ---------------------------------------------------------------------------
+
+
+def _backends(args: argparse.Namespace) -> int:
+    rows = []
+    for scheme, spec in sorted(installed_backends().items()):
+        try:
+            capabilities: dict[str, Any] | str = dataclasses.asdict(spec.load().capabilities)
+        except ImportError as exc:  # the plugin is there but its driver is not
+            capabilities = f"cannot load: {exc}"
+        rows.append(
+            {
+                "scheme": scheme,
+                "distribution": spec.distribution,
+                "version": spec.version,
+                "capabilities": capabilities,
+            }
+        )
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return EXIT_OK
+    table = Table("scheme", "distribution", "version", "capabilities")
+    for row in rows:
+        caps = row["capabilities"]
+        if isinstance(caps, dict):
+            caps = ", ".join(
+                name if value is True else f"{name}={value}"
+                for name, value in caps.items()
+                if value not in (False, None)
+            )
+        table.add_row(str(row["scheme"]), str(row["distribution"]), str(row["version"]), caps)
+    console.print(table)
+    return EXIT_OK
+
+
+# -- reading ----------------------------------------------------------------------------
+
+
+def _summary_json(summary: SessionSummary) -> str:
+    return json.dumps(
+        {
+            "session_id": summary.session_id,
+            "user_id": summary.user_id,
+            "created_at": summary.created_at.isoformat(),
+            "updated_at": summary.updated_at.isoformat(),
+            "event_count": summary.event_count,
+            "version": summary.version,
+        },
+        ensure_ascii=False,
+    )
+
+
+def _ls(args: argparse.Namespace) -> int:
+    if args.limit < 1:
+        raise CommandError("--limit must be at least 1", EXIT_USAGE)
+
+    async def main() -> int:
+        async with connect(args.url) as manager:
+            summaries: list[SessionSummary] = []
+            cursor: str | None = None
+            while len(summaries) < args.limit:
+                page = await manager.list_sessions(
+                    user_id=args.user, limit=min(100, args.limit - len(summaries)), cursor=cursor
+                )
+                summaries.extend(page.items)
+                if page.next_cursor is None:
+                    break
+                cursor = page.next_cursor
+        if args.json:
+            for summary in summaries:
+                print(_summary_json(summary))
+            return EXIT_OK
+        table = Table("session", "user", "created", "updated", "events", "version")
+        for s in summaries:
+            table.add_row(
+                s.session_id,
+                s.user_id or "",
+                _when(s.created_at),
+                _when(s.updated_at),
+                str(s.event_count),
+                str(s.version),
+            )
+        console.print(table)
+        if cursor is not None and len(summaries) >= args.limit:
+            err_console.print(f"(showing the newest {args.limit}; use --limit for more)")
+        return EXIT_OK
+
+    return run(main)
+
+
+def _when(moment: Any) -> str:
+    return str(moment.strftime("%Y-%m-%d %H:%M:%S"))
+
+
+def _show(args: argparse.Namespace) -> int:
+    async def main() -> int:
+        async with connect(args.url) as manager:
+            session = await manager.get(args.session_id, last_events=args.last)
+        if session is None:
+            raise CommandError(f"session {args.session_id!r} does not exist")
+        if args.json:
+            print(session.model_dump_json(indent=2))
+            return EXIT_OK
+        owner = f" (user {session.user_id})" if session.user_id else ""
+        console.print(f"[bold]{session.session_id}[/bold]{owner}", markup=True)
+        console.print(
+            f"version {session.version}, created {_when(session.created_at)}, "
+            f"updated {_when(session.updated_at)}, "
+            f"{session.first_event_position + len(session.events)} events"
+        )
+        table = Table("#", "time", "author", "content", expand=True)
+        for offset, event in enumerate(session.events):
+            content = event.content
+            text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
+            table.add_row(
+                str(session.first_event_position + offset),
+                _when(event.timestamp),
+                event.author,
+                text,
+            )
+        console.print(table)
+        console.print("state: " + json.dumps(session.state, ensure_ascii=False, indent=2))
+        return EXIT_OK
+
+    return run(main)
+
+
+# -- export and import ------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _atomic_output(path: str | None) -> Iterator[IO[str]]:
+    """Standard output, or a file that appears only once it is written whole."""
+    if path is None or path == "-":
+        yield sys.stdout
+        return
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or ".")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            yield handle
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _export(args: argparse.Namespace) -> int:
+    async def main() -> int:
+        count = 0
+        async with connect(args.url) as manager:
+            with _atomic_output(args.output) as out:
+                async for session in iter_sessions(manager, user_id=args.user):
+                    out.write(session.model_dump_json())
+                    out.write("\n")
+                    count += 1
+        err_console.print(f"exported {count} sessions")
+        return EXIT_OK
+
+    return run(main)
+
+
+def _read_export(handle: IO[str], name: str) -> Iterator[tuple[int, Session]]:
+    for number, line in enumerate(handle, start=1):
+        if not line.strip():
+            continue
+        try:
+            yield number, Session.model_validate_json(line)
+        except pydantic.ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(part) for part in first["loc"]) or "line"
+            raise CommandError(f"{name}:{number}: {where}: {first['msg']}", EXIT_USAGE) from None
+
+
+def _import(args: argparse.Namespace) -> int:
+    async def main() -> int:
+        counts: Counter[str] = Counter()
+        from_stdin = args.file == "-"
+        name = "<stdin>" if from_stdin else args.file
+        with contextlib.ExitStack() as stack:
+            handle = sys.stdin
+            if not from_stdin:
+                # A CLI reading its own input file: nothing else runs on this loop meanwhile.
+                handle = stack.enter_context(open(args.file, encoding="utf-8"))  # noqa: ASYNC230
+            if not from_stdin:
+                # Validate every line first, so a malformed file imports nothing at all.
+                for _ in _read_export(handle, name):
+                    pass
+                handle.seek(0)
+            async with connect(args.url) as manager:
+                for number, session in _read_export(handle, name):
+                    outcome = await _import_one(manager, session)
+                    if outcome not in (Outcome.SKIPPED, Outcome.DIFFERS):
+                        counts[outcome.value] += 1
+                    elif args.on_exists == "skip":
+                        counts["skipped"] += 1
+                    else:
+                        _report(counts)
+                        raise CommandError(
+                            f"{name}:{number}: session {session.session_id!r} already "
+                            "exists (use --on-exists skip to skip it)"
+                        )
+        _report(counts)
+        return EXIT_OK
+
+    return run(main)
+
+
+async def _import_one(manager: SessionManager, session: Session) -> Outcome:
+    """Transfer one session; if interrupted midway, remove the half-written copy."""
+    created_here = False
+    try:
+        existed = await manager.get(session.session_id) is not None
+        created_here = not existed
+        return await transfer_session(manager, session)
+    except BaseException:
+        if created_here:
+            with contextlib.suppress(Exception):
+                stored = await manager.get(session.session_id)
+                if stored is not None and not same_content(stored, session):
+                    await manager.delete(session.session_id)
+        raise
+
+
+def _report(counts: Counter[str]) -> None:
+    parts = [f"{counts[key]} {key}" for key in ("created", "completed", "skipped") if counts[key]]
+    err_console.print("imported: " + (", ".join(parts) or "nothing"))
+
+
+# -- copy -------------------------------------------------------------------------------
+
+
+def _copy(args: argparse.Namespace) -> int:
+    async def main() -> int:
+        counts: Counter[Outcome] = Counter()
+        differing: list[str] = []
+        async with connect(args.source_url) as source, connect(args.destination_url) as target:
+            total = await _count(source, args.user)
+            with Progress(
+                TextColumn("copying"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=err_console,
+                transient=True,
+            ) as progress:
+                task = progress.add_task("copy", total=total)
+                async for session in iter_sessions(source, user_id=args.user):
+                    outcome = await transfer_session(target, session)
+                    counts[outcome] += 1
+                    if outcome is Outcome.DIFFERS:
+                        differing.append(session.session_id)
+                    progress.advance(task)
+            mismatches = await _verify(source, target, args.user)
+        summary = ", ".join(f"{counts[o]} {o.value}" for o in Outcome if counts[o]) or "nothing"
+        err_console.print(f"copied: {summary}")
+        if differing:
+            err_console.print(
+                f"{len(differing)} sessions exist in the destination with other content "
+                f"and were left untouched: {', '.join(differing[:10])}"
+            )
+        if mismatches:
+            raise CommandError(f"verification failed: {mismatches}")
+        err_console.print("verified: every source session is in the destination, identical")
+        return EXIT_FAILED if differing else EXIT_OK
+
+    return run(main)
+
+
+async def _count(manager: SessionManager, user_id: str | None) -> int:
+    total, cursor = 0, None
+    while True:
+        page = await manager.list_sessions(user_id=user_id, limit=1000, cursor=cursor)
+        total += len(page.items)
+        if page.next_cursor is None:
+            return total
+        cursor = page.next_cursor
+
+
+async def _verify(source: SessionManager, target: SessionManager, user_id: str | None) -> str:
+    checked = missing = different = 0
+    async for session in iter_sessions(source, user_id=user_id):
+        checked += 1
+        copy = await target.get(session.session_id)
+        if copy is None:
+            missing += 1
+        elif not same_content(session, copy):
+            different += 1
+    if missing or different:
+        return f"of {checked} sessions, {missing} missing and {different} different"
+    return ""
+
+
+# -- deleting ---------------------------------------------------------------------------
+
+
+def _rm(args: argparse.Namespace) -> int:
+    async def main() -> int:
+        async with connect(args.url) as manager:
+            if not await manager.delete(args.session_id):
+                raise CommandError(f"session {args.session_id!r} does not exist")
+        err_console.print(f"deleted {args.session_id}")
+        return EXIT_OK
+
+    return run(main)
+
+
+def _erase_user(args: argparse.Namespace) -> int:
+    async def main() -> int:
+        async with connect(args.url) as manager:
+            if not args.yes:
+                count = await _count(manager, args.user_id)
+                if not _confirm(f"Erase all {count} sessions of user {args.user_id!r}?"):
+                    err_console.print("nothing erased")
+                    return EXIT_FAILED
+            erased = await manager.delete_user(args.user_id)
+        err_console.print(f"erased {erased} sessions of user {args.user_id}")
+        return EXIT_OK
+
+    return run(main)
+
+
+def _confirm(question: str) -> bool:
+    if not sys.stdin.isatty():
+        raise CommandError("refusing to erase without --yes when not on a terminal", EXIT_USAGE)
+    return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
+
+
+def _purge_expired(args: argparse.Namespace) -> int:
+    async def main() -> int:
+        async with connect(args.url) as manager:
+            removed = await manager.purge_expired()
+        err_console.print(f"purged {removed} expired sessions")
+        return EXIT_OK
+
+    return run(main)

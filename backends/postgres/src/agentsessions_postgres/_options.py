@@ -1,0 +1,86 @@
+"""The options of a postgres URL (``?schema=app&max_pool_size=20&pgbouncer=true``)."""
+
+from __future__ import annotations
+
+import warnings
+
+from pydantic import Field, model_validator
+
+from agentsessions.backend import ManagerOptions
+
+__all__ = ["DRIVER_QUERY_PARAMS", "PostgresOptions"]
+
+#: libpq-style parameters asyncpg itself reads from the DSN; they stay in the URL so
+#: asyncpg parses them exactly as users know them from psql. ``application_name`` and
+#: ``options`` are passed on by asyncpg as startup parameters, as libpq does.
+DRIVER_QUERY_PARAMS = frozenset(
+    {
+        "host",
+        "port",
+        "user",
+        "password",
+        "passfile",
+        "dbname",
+        "database",
+        "service",
+        "sslmode",
+        "sslcert",
+        "sslkey",
+        "sslrootcert",
+        "sslcrl",
+        "sslpassword",
+        "sslnegotiation",
+        "ssl_min_protocol_version",
+        "ssl_max_protocol_version",
+        "target_session_attrs",
+        "krbsrvname",
+        "gsslib",
+        "application_name",
+        "options",
+    }
+)
+
+
+# The option is called ``schema`` because that is PostgreSQL's word for it. The name
+# shadows pydantic's deprecated ``BaseModel.schema()``, which nobody calls on options;
+# pydantic's warning about it is silenced here, for this class only.
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", message='Field name "schema"', category=UserWarning)
+
+    class PostgresOptions(ManagerOptions):
+        """Options of the PostgreSQL backend, on top of ``ttl`` and ``namespace``."""
+
+        schema: str = Field(  # type: ignore[assignment]
+            default="public",
+            max_length=63,
+            pattern=r"^[a-z_][a-z0-9_]*$",
+            description="PostgreSQL schema holding the tables (created if missing); lower case "
+            "so that it reads the same quoted or not in psql",
+        )
+        min_pool_size: int = Field(default=1, ge=0, description="connections kept open")
+        max_pool_size: int = Field(default=10, ge=1, description="connections at most")
+        statement_timeout: float | None = Field(
+            default=None,
+            gt=0,
+            description="seconds a statement may run before it is cancelled "
+            "(server-side; client-side with pgbouncer)",
+        )
+        connect_timeout: float = Field(
+            default=10.0, gt=0, description="seconds to wait for a new connection"
+        )
+        pgbouncer: bool = Field(
+            default=False,
+            description="running behind a transaction-pooling proxy such as PgBouncer: no "
+            "named prepared statements, no startup parameters",
+        )
+
+        @model_validator(mode="after")
+        def _pool_bounds(self) -> PostgresOptions:
+            if self.min_pool_size > self.max_pool_size:
+                raise ValueError(
+                    f"min_pool_size ({self.min_pool_size}) is larger than "
+                    f"max_pool_size ({self.max_pool_size})"
+                )
+            if self.schema.startswith("pg_"):
+                raise ValueError(f"schema {self.schema!r}: names starting with pg_ are reserved")
+            return self

@@ -1,0 +1,125 @@
+"""The tables, and the steps that bring any older database up to the current schema.
+
+Namespaces are a column, not a table-name prefix: one fixed schema serves every
+namespace, so a new namespace needs no DDL (DDL takes the write lock and makes every
+other connection re-prepare its statements), and one migration path covers them all.
+The namespace leads every key and index, so each namespace is a contiguous range of
+each B-tree and costs nothing to the others.
+
+Timestamps are INTEGER microseconds since the Unix epoch (UTC): exact to the
+microsecond, sorted by SQLite as numbers, and cheap to compare in ``expires_at > ?``.
+
+Tables are prefixed ``agentsessions_`` so that the file may be an application's own
+database too; for the same reason the schema version lives in our own meta table and
+not in ``PRAGMA user_version``, which belongs to whoever owns the file.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SchemaTooNewError", "migrate", "stored_version"]
+
+META = "agentsessions_meta"
+
+# MIGRATIONS[i] takes a database at schema version i to version i + 1; version 0 is a
+# database without our tables. Never edit a released step: append a new one.
+MIGRATIONS: list[Sequence[str]] = [
+    (
+        "CREATE TABLE agentsessions_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+        # A rowid table: ``state`` can be large, and WITHOUT ROWID tables keep whole rows
+        # in their interior B-tree pages, which wastes the fan-out on big rows.
+        """
+        CREATE TABLE agentsessions_sessions (
+            namespace   TEXT    NOT NULL,
+            session_id  TEXT    NOT NULL,
+            user_id     TEXT,
+            state       TEXT    NOT NULL,
+            version     INTEGER NOT NULL,
+            created_at  INTEGER NOT NULL,
+            updated_at  INTEGER NOT NULL,
+            expires_at  INTEGER,
+            event_count INTEGER NOT NULL,
+            PRIMARY KEY (namespace, session_id)
+        )
+        """,
+        # Listing order is (created_at, session_id) descending; the index serves both the
+        # order and the keyset condition of the next page without a sort.
+        """
+        CREATE INDEX agentsessions_sessions_by_created
+            ON agentsessions_sessions (namespace, created_at DESC, session_id DESC)
+        """,
+        """
+        CREATE INDEX agentsessions_sessions_by_user
+            ON agentsessions_sessions (namespace, user_id, created_at DESC, session_id DESC)
+        """,
+        # Only sessions with a time to live enter this index; purge reads nothing else.
+        """
+        CREATE INDEX agentsessions_sessions_by_expiry
+            ON agentsessions_sessions (namespace, expires_at) WHERE expires_at IS NOT NULL
+        """,
+        # One row per event, clustered by (namespace, session_id, position): an append
+        # inserts only new rows, a session's events sit together on disk, and the newest
+        # N are one backwards range scan. See README for why this is a rowid table.
+        """
+        CREATE TABLE agentsessions_events (
+            namespace  TEXT    NOT NULL,
+            session_id TEXT    NOT NULL,
+            position   INTEGER NOT NULL,
+            data       TEXT    NOT NULL,
+            PRIMARY KEY (namespace, session_id, position)
+        ) WITHOUT ROWID
+        """,
+    ),
+]
+
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+class SchemaTooNewError(Exception):
+    """The database was written by a newer agentsessions-sqlite than this one."""
+
+    def __init__(self, found: int, known: int) -> None:
+        super().__init__(
+            f"the database has agentsessions schema version {found}, newer than the "
+            f"{known} this agentsessions-sqlite understands; upgrade agentsessions-sqlite "
+            "(opening it with older code could corrupt it)"
+        )
+        self.found = found
+        self.known = known
+
+
+def stored_version(conn: sqlite3.Connection) -> int:
+    """The schema version recorded in the database; 0 when it has none of our tables."""
+    exists = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (META,)
+    ).fetchone()
+    if exists is None:
+        return 0
+    row = conn.execute(
+        "SELECT value FROM agentsessions_meta WHERE key = 'schema_version'"
+    ).fetchone()
+    return 0 if row is None else int(row[0])
+
+
+def migrate(conn: sqlite3.Connection, migrations: Sequence[Sequence[str]] = MIGRATIONS) -> int:
+    """Bring the schema up to date inside the caller's write transaction; the old version.
+
+    The caller holds ``BEGIN IMMEDIATE``, so when several processes open a new file at
+    once, one creates the tables and the others find them done. A failing step raises
+    and the caller rolls everything back: the database is never left half-migrated.
+    """
+    found = stored_version(conn)
+    if found > len(migrations):
+        raise SchemaTooNewError(found, len(migrations))
+    for step in migrations[found:]:
+        for statement in step:
+            conn.execute(statement)
+    if found < len(migrations):
+        conn.execute(
+            "INSERT INTO agentsessions_meta (key, value) VALUES ('schema_version', ?) "
+            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (str(len(migrations)),),
+        )
+    return found

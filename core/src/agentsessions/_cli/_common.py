@@ -1,0 +1,93 @@
+"""What every verb shares: exit codes, one-line errors, and terminal-aware output."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from rich.console import Console
+
+from .._errors import (
+    BackendUnavailableError,
+    InvalidInputError,
+    SessionError,
+    SessionNotFoundError,
+    UnknownBackendError,
+)
+
+__all__ = [
+    "EXIT_CODES_HELP",
+    "EXIT_FAILED",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_UNAVAILABLE",
+    "EXIT_USAGE",
+    "CommandError",
+    "console",
+    "err_console",
+    "run",
+]
+
+EXIT_OK = 0
+EXIT_FAILED = 1  # the command ran and found a problem: not found, mismatch, conflict
+EXIT_USAGE = 2  # bad arguments or input: unknown scheme, bad option, malformed file
+EXIT_UNAVAILABLE = 3  # the backend's server could not be reached
+EXIT_INTERRUPTED = 130
+
+EXIT_CODES_HELP = """exit codes:
+  0    success
+  1    the command ran and found a problem (not found, mismatch, conflict)
+  2    bad usage or input (unknown scheme, bad option, malformed file line)
+  3    the backend's server could not be reached
+  130  interrupted"""
+
+# Colour and markup only on a terminal; piped output stays plain text.
+console = Console(highlight=False, soft_wrap=False)
+err_console = Console(stderr=True, highlight=False)
+
+T = TypeVar("T")
+
+
+class CommandError(Exception):
+    """A failure the command reports as one line, with its exit code."""
+
+    def __init__(self, message: str, code: int = EXIT_FAILED) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _fail(message: str, code: int) -> int:
+    err_console.print(f"agentsessions: error: {message}", markup=False, highlight=False)
+    return code
+
+
+def run(main: Callable[[], Awaitable[int]]) -> int:
+    """Run a verb's coroutine, turning every expected failure into one line and an exit code."""
+    try:
+        return asyncio.run(_call(main))
+    except KeyboardInterrupt:
+        return _fail("interrupted", EXIT_INTERRUPTED)
+    except CommandError as exc:
+        return _fail(str(exc), exc.code)
+    except BackendUnavailableError as exc:
+        return _fail(str(exc), EXIT_UNAVAILABLE)
+    except (UnknownBackendError, InvalidInputError, ValueError) as exc:
+        return _fail(str(exc), EXIT_USAGE)
+    except SessionNotFoundError as exc:
+        return _fail(str(exc), EXIT_FAILED)
+    except SessionError as exc:
+        return _fail(str(exc), EXIT_FAILED)
+    except OSError as exc:
+        return _fail(f"{exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), EXIT_USAGE)
+
+
+async def _call(main: Callable[[], Awaitable[T]]) -> T:
+    return await main()
+
+
+def print_json_line(data: Any) -> None:
+    """Write one JSON document to stdout, unstyled."""
+    sys.stdout.write(data if isinstance(data, str) else str(data))
+    sys.stdout.write("\n")
