@@ -1,8 +1,8 @@
 """Self-test of tests/servers: each kind starts, answers a real driver, restarts in place.
 
 Each test owns its server (``start_*``), so stopping it cannot disturb other tests.
-When a server cannot be had, the test is skipped locally but fails under CI=true,
-because CI is expected to have every kind.
+When a server cannot be had, the test is skipped, but fails when
+AGENTSESSIONS_REQUIRE_SERVERS=1 (as CI sets it, like tests/conftest.py does).
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ from typing import TypeVar
 import pytest
 import servers
 from servers import ManagedServer, ServerUnavailable
-from servers._process import Process, ProcessServer, make_workdir
+from servers._process import PortInUse, Process, ProcessServer, make_workdir
 
 TESTS_DIR = Path(__file__).resolve().parent
+REQUIRE_SERVERS = os.environ.get("AGENTSESSIONS_REQUIRE_SERVERS") == "1"
 T = TypeVar("T")
 
 
@@ -31,7 +32,7 @@ def _start(factory: Callable[[], T]) -> T:
     try:
         return factory()
     except ServerUnavailable as exc:
-        if os.environ.get("CI"):
+        if REQUIRE_SERVERS:
             raise
         pytest.skip(f"server unavailable: {exc}")
 
@@ -83,6 +84,27 @@ def test_startup_failure_reports_log_tail() -> None:
     assert not server.is_running()
     server.close()
     assert not workdir.exists()
+
+
+def test_taken_port_is_detected_before_spawning() -> None:
+    workdir = make_workdir("fake")
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        process = Process(
+            name="fake-server",
+            argv=["sh", "-c", "sleep 30"],
+            log_path=workdir / "server.log",
+            ready=lambda: True,  # would wrongly "succeed" against the foreign listener
+            cwd=workdir,
+            port=port,
+        )
+        server = ProcessServer(kind="fake", url="fake://", workdir=workdir, processes=[process])
+        with pytest.raises(PortInUse):
+            server.start()
+        assert not server.is_running()
+        server.close()
 
 
 def test_env_var_wins(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -232,7 +254,7 @@ def test_main_module_prints_urls_and_stops_on_sigterm(tmp_path: Path) -> None:
         while not env_file.exists():
             if proc.poll() is not None:
                 _, err = proc.communicate()
-                if "no redis server available" in err and not os.environ.get("CI"):
+                if "no redis server available" in err and not REQUIRE_SERVERS:
                     pytest.skip(err)
                 pytest.fail(f"python -m servers exited early: {err}")
             assert time.monotonic() < deadline, "python -m servers did not get ready"

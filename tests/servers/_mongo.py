@@ -193,6 +193,7 @@ def _build(executable: Path, persistent: bool, start_timeout: float) -> ProcessS
     storage = str(workdir / "data") if persistent else ":memory:"
     process = Process(
         name="secantusd-py",
+        port=port,
         argv=[
             str(executable),
             "--config",

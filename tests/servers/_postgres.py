@@ -138,6 +138,7 @@ def _build(bindir: Path, user: str | None, start_timeout: float) -> ProcessServe
     port = free_port()
     process = Process(
         name="postgres",
+        port=port,
         argv=[
             str(bindir / "postgres"),
             "-D",

@@ -81,7 +81,10 @@ def free_port() -> int:
 
 
 def _can_bind(port: int) -> bool:
+    """Whether a server could listen on the port now (SO_REUSEADDR, as servers use,
+    so connections of a just-stopped server in TIME_WAIT do not count as "taken")."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((LOOPBACK, port))
         except OSError:
@@ -206,11 +209,13 @@ class Process:
         log_path: Path,
         ready: Callable[[], bool],
         cwd: Path,
+        port: int | None = None,
         env: Mapping[str, str] | None = None,
         user: str | None = None,
         stop_signal: int = signal.SIGTERM,
     ) -> None:
         self.name = name
+        self.port = port
         self.argv = list(argv)
         self.log_path = log_path
         self.ready = ready
@@ -237,6 +242,9 @@ class Process:
         """
         if self.is_running():
             return
+        # If someone else listens there, the readiness probe would talk to *them*.
+        if self.port is not None and not _can_bind(self.port):
+            raise PortInUse(f"{self.name}: port {self.port} on {LOOPBACK} is already in use")
         uid, gid, groups = _credentials(self.user)
         with self.log_path.open("ab") as log:
             log.write(f"$ {' '.join(self.argv)}\n".encode())

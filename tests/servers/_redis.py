@@ -98,6 +98,7 @@ def _node(server_bin: Path, port: int, nodedir: Path, extra: list[str]) -> Proce
     nodedir.mkdir(parents=True, exist_ok=True)
     return Process(
         name=f"redis-server :{port}",
+        port=port,
         argv=[
             str(server_bin),
             "--port",

@@ -62,6 +62,12 @@ class Recorder:
 
     backends: dict[str, BackendInfo] = field(default_factory=dict)
     results: dict[str, ClauseResult] = field(default_factory=dict)
+    #: The backend of ``--session-url`` mode, known before any test runs.
+    url_backend: BackendInfo | None = None
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Registered as a plugin object, so it sees every phase report of the run."""
+        self.record_report(report)
 
     def expect(self, item: pytest.Item, suite: str, clause: str) -> None:
         self.results[item.nodeid] = ClauseResult(
@@ -94,6 +100,7 @@ class Recorder:
         for result in self.results.values():
             counts[result.outcome] = counts.get(result.outcome, 0) + 1
         return {
+            "url_backend": None if self.url_backend is None else asdict(self.url_backend),
             "backends": {suite: asdict(info) for suite, info in self.backends.items()},
             "summary": counts,
             "clauses": [asdict(result) for result in self.results.values()],
@@ -130,8 +137,7 @@ def _message(report: pytest.TestReport) -> str:
             return str(longrepr[2]).removeprefix("Skipped: ")
         return str(longrepr)
     if report.failed:
-        if wasxfail is not None and report.longrepr is None:
-            return f"[XPASS(strict)] {wasxfail}"
+        # A strict xfail that passed carries "[XPASS(strict)] reason" as a plain string.
         crash = getattr(report.longrepr, "reprcrash", None)
         if crash is not None:
             return str(crash.message)

@@ -82,7 +82,8 @@ class RunResult:
     ``status`` is ``"waiting_for_approval"`` while any tool call of the session waits
     for a decision (``pending`` lists them, oldest first), else ``"completed"``.
     ``events`` are the events this run added; ``session_id`` is None for a run
-    without a session, whose events were not stored.
+    without a session, whose events were not stored. ``version`` and
+    ``event_count`` describe the stored session after the run's save.
     """
 
     status: RunStatus
@@ -91,6 +92,8 @@ class RunResult:
     session_id: str | None = None
     events: tuple[Event, ...] = ()
     outcomes: tuple[ToolOutcome, ...] = ()
+    version: int | None = None
+    event_count: int | None = None
 
     @property
     def stored(self) -> bool:
@@ -271,15 +274,24 @@ class ExecutionContext:
         if call is None:
             raise ToolCallNotFoundError(approval.call_id, self.session_id, [c.id for c in calls])
         tool = self.tools.get(call.tool)  # an unknown tool fails before anything changes
+        stored_calls = self.state.get(PENDING_CALLS_KEY)
         self._set_pending([c for c in calls if c.id != call.id])
-        self.add_event(
+        decision = self.add_event(
             "user",
             approval.note or ("approved" if approval.approved else "denied"),
             kind="approval",
             call_id=call.id,
             approved=approval.approved,
         )
-        await self.save()
+        try:
+            await self.save()
+        except BaseException:
+            # The claim lost (another run decided this call first): undo it here too,
+            # so that the rest of this run can still be saved without it.
+            if self.events and self.events[-1] is decision:
+                self.events.pop()
+            self.state[PENDING_CALLS_KEY] = stored_calls
+            raise
         if approval.approved:
             outcome = await self._execute(tool, call)
         else:
@@ -304,6 +316,7 @@ class ExecutionContext:
     def result(self, reply: str | None = None) -> RunResult:
         """This run's `RunResult` (call it after the run has saved)."""
         pending = tuple(self.pending_calls)
+        session = self._session
         return RunResult(
             status="waiting_for_approval" if pending else "completed",
             reply=reply,
@@ -311,6 +324,10 @@ class ExecutionContext:
             session_id=self.session_id,
             events=tuple(self.new_events),
             outcomes=tuple(self._outcomes),
+            version=None if session is None else session.version,
+            event_count=(
+                None if session is None else session.first_event_position + len(session.events)
+            ),
         )
 
     # -- saving -------------------------------------------------------------------------

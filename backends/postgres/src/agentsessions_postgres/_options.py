@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import warnings
 
-from pydantic import Field, model_validator
-
 from agentsessions.backend import ManagerOptions
+from pydantic import Field, model_validator
 
 __all__ = ["DRIVER_QUERY_PARAMS", "PostgresOptions"]
 

@@ -1,1 +1,26 @@
-"""agentsessions backend (work in progress)."""
+"""Redis and Redis Cluster backend for agentsessions.
+
+Use it through ``agentsessions.connect("redis://host:6379/0")`` (or ``rediss://``,
+``unix://``, ``redis+cluster://host:port,host:port``). The manager class is exported
+lazily so that importing this package (which the entry point does) never imports
+redis-py.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ._version import __version__
+
+if TYPE_CHECKING:
+    from ._manager import RedisOptions, RedisSessionManager
+
+__all__ = ["RedisOptions", "RedisSessionManager", "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("RedisOptions", "RedisSessionManager"):
+        from . import _manager
+
+        return getattr(_manager, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,10 +1,26 @@
-"""Entry point of agentsessions-redis (placeholder until the backend lands)."""
+"""Entry point of agentsessions-redis: names the manager without importing redis.
+
+`connect()` loads this module for every installed scheme, so it must stay light;
+the manager (and redis-py with it) is imported only when a Redis URL is used.
+"""
 
 from __future__ import annotations
 
 from agentsessions.backend import BackendSpec, hookimpl
 
+from ._version import __version__
+
+__all__ = ["agentsessions_backends"]
+
 
 @hookimpl
 def agentsessions_backends() -> list[BackendSpec]:
-    return []
+    return [
+        BackendSpec(
+            schemes=("redis", "rediss", "unix", "redis+cluster"),
+            manager="agentsessions_redis._manager:RedisSessionManager",
+            distribution="agentsessions-redis",
+            version=__version__,
+            description="Redis and Redis Cluster (redis.asyncio)",
+        )
+    ]

@@ -132,6 +132,5 @@ async def connect(path: str, busy_timeout: float) -> Link:
         path,
         isolation_level=None,
         timeout=busy_timeout,
-        check_same_thread=False,
     )
     return Link(conn, busy_timeout)

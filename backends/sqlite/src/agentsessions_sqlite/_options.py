@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator
-
 from agentsessions.backend import ManagerOptions
+from pydantic import Field, field_validator
 
 __all__ = ["SQLiteOptions"]
 

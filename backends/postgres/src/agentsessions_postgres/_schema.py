@@ -1,0 +1,310 @@
+"""The tables, their migrations, and every statement the manager sends.
+
+Layout (in the schema chosen by the ``schema`` option, ``public`` by default)::
+
+    agentsessions_sessions        (namespace, session_id) PRIMARY KEY
+    agentsessions_events          (namespace, session_id, position) PRIMARY KEY
+    agentsessions_schema_version  one row per applied migration
+
+Why ``json`` and not ``jsonb`` for state and event data: ``jsonb`` re-encodes what it
+stores. It rejects ``\\u0000`` in strings, reorders object keys, and turns floats such as
+``1e300`` into integers and ``-0.0`` into ``0.0``; all of those are values that would not
+come back as saved. ``json`` keeps the exact text (and still validates it), so a load
+returns the bytes that were saved, and the events of a load are concatenated by the
+server into one JSON array that is decoded in a single pass, with no per-event work
+in Python. Ad-hoc queries can still cast (``data::jsonb ->> 'author'``).
+
+The namespace is a key column rather than a table-name prefix, so any number of
+namespaces share three tables and no DDL runs when a new one is used. Both tables are
+keyed by session id (with the namespace), so they can be distributed and co-located by
+``session_id`` (Citus ``create_distributed_table(..., 'session_id')``): every statement
+of a save or a load touches one session only.
+
+Ids and namespaces use the "C" collation: listing order (created_at, session_id)
+descending must be code-point order, as everywhere else in agentsessions, not the
+database locale's; byte comparison is also the fastest.
+
+Statements are written against ``{s}``, replaced by the quoted schema name. The schema
+name is validated by the options (``[a-z_][a-z0-9_]*``) and quoted as an identifier;
+values always travel as parameters, never in the SQL text.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, fields
+from functools import lru_cache
+
+__all__ = [
+    "LATEST_VERSION",
+    "MIGRATIONS",
+    "Statements",
+    "list_statement",
+    "migration_lock_key",
+    "quote_ident",
+    "save_statement",
+    "statements",
+]
+
+# Each migration is a list of DDL statements applied in one transaction, in order.
+# Never edit a released migration: append a new one.
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: (
+        # fillfactor leaves room on each page so that a save (which rewrites the
+        # session row) can stay a HOT update that touches no index when no indexed
+        # column changes.
+        """
+        CREATE TABLE IF NOT EXISTS {s}.agentsessions_sessions (
+            namespace   text COLLATE "C" NOT NULL,
+            session_id  text COLLATE "C" NOT NULL,
+            user_id     text COLLATE "C",
+            state       json NOT NULL,
+            version     bigint NOT NULL,
+            event_count integer NOT NULL,
+            created_at  timestamptz NOT NULL,
+            updated_at  timestamptz NOT NULL,
+            expires_at  timestamptz,
+            PRIMARY KEY (namespace, session_id)
+        ) WITH (fillfactor = 80)
+        """,
+        # Append-only in the common case; the primary key serves "ORDER BY position
+        # DESC LIMIT n" for last_events and the range delete of a truncating save.
+        """
+        CREATE TABLE IF NOT EXISTS {s}.agentsessions_events (
+            namespace   text COLLATE "C" NOT NULL,
+            session_id  text COLLATE "C" NOT NULL,
+            position    integer NOT NULL,
+            data        json NOT NULL,
+            PRIMARY KEY (namespace, session_id, position)
+        )
+        """,
+        # Listing pages walk these in index order (keyset pagination).
+        """
+        CREATE INDEX IF NOT EXISTS agentsessions_sessions_by_created
+            ON {s}.agentsessions_sessions (namespace, created_at DESC, session_id DESC)
+        """,
+        """
+        CREATE INDEX IF NOT EXISTS agentsessions_sessions_by_user
+            ON {s}.agentsessions_sessions (namespace, user_id, created_at DESC, session_id DESC)
+            WHERE user_id IS NOT NULL
+        """,
+        # The purge finds expired sessions here; sessions without a ttl are not indexed.
+        """
+        CREATE INDEX IF NOT EXISTS agentsessions_sessions_by_expiry
+            ON {s}.agentsessions_sessions (namespace, expires_at)
+            WHERE expires_at IS NOT NULL
+        """,
+    ),
+}
+LATEST_VERSION = max(MIGRATIONS)
+
+VERSION_TABLE = """
+CREATE TABLE IF NOT EXISTS {s}.agentsessions_schema_version (
+    version    integer PRIMARY KEY,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)
+"""
+
+
+def quote_ident(name: str) -> str:
+    """*name* as a quoted SQL identifier."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def migration_lock_key(schema: str) -> int:
+    """The advisory lock that serialises migrations of *schema* across processes.
+
+    A stable hash (not Python's salted ``hash``) so every process computes the same key.
+    """
+    digest = hashlib.blake2b(f"agentsessions_postgres:{schema}".encode(), digest_size=8)
+    return int.from_bytes(digest.digest(), "big", signed=True)
+
+
+@dataclass(frozen=True)
+class Statements:
+    """Every statement, schema-qualified. Fields hold templates until `statements` fills them."""
+
+    # -- schema --
+    version_table: str = VERSION_TABLE
+    current_version: str = "SELECT max(version) FROM {s}.agentsessions_schema_version"
+    record_version: str = (
+        "INSERT INTO {s}.agentsessions_schema_version (version) VALUES ($1) "
+        "ON CONFLICT (version) DO NOTHING"
+    )
+
+    # -- create --
+    # $1 ns, $2 id, $3 user, $4 state, $5 version, $6 created/updated, $7 expires
+    insert_session: str = """
+        INSERT INTO {s}.agentsessions_sessions (namespace, session_id, user_id, state,
+            version, event_count, created_at, updated_at, expires_at)
+        VALUES ($1, $2, $3, $4::json, $5, 0, $6, $6, $7)
+        ON CONFLICT (namespace, session_id) DO NOTHING
+        RETURNING true
+    """
+    replace_expired: str = """
+        UPDATE {s}.agentsessions_sessions
+        SET user_id = $3, state = $4::json, version = $5, event_count = 0,
+            created_at = $6, updated_at = $6, expires_at = $7
+        WHERE namespace = $1 AND session_id = $2 AND expires_at <= $6
+        RETURNING true
+    """
+    session_exists: str = (
+        "SELECT true FROM {s}.agentsessions_sessions WHERE namespace = $1 AND session_id = $2"
+    )
+    delete_events: str = (
+        "DELETE FROM {s}.agentsessions_events WHERE namespace = $1 AND session_id = $2"
+    )
+
+    # -- load: one statement, so the record and its events come from one snapshot --
+    # $1 ns, $2 id, $3 now [, $4 last_events]
+    load_record: str = """
+        SELECT user_id, state, version, event_count, created_at, updated_at, expires_at,
+               NULL::text AS events
+        FROM {s}.agentsessions_sessions
+        WHERE namespace = $1 AND session_id = $2 AND (expires_at IS NULL OR expires_at > $3)
+    """
+    load_all: str = """
+        SELECT user_id, state, version, event_count, created_at, updated_at, expires_at,
+               (SELECT '[' || string_agg(e.data::text, ',' ORDER BY e.position) || ']'
+                FROM {s}.agentsessions_events e
+                WHERE e.namespace = $1 AND e.session_id = $2) AS events
+        FROM {s}.agentsessions_sessions
+        WHERE namespace = $1 AND session_id = $2 AND (expires_at IS NULL OR expires_at > $3)
+    """
+    load_last: str = """
+        SELECT user_id, state, version, event_count, created_at, updated_at, expires_at,
+               (SELECT '[' || string_agg(w.data::text, ',' ORDER BY w.position) || ']'
+                FROM (SELECT e.position, e.data FROM {s}.agentsessions_events e
+                      WHERE e.namespace = $1 AND e.session_id = $2
+                      ORDER BY e.position DESC LIMIT $4) w) AS events
+        FROM {s}.agentsessions_sessions
+        WHERE namespace = $1 AND session_id = $2 AND (expires_at IS NULL OR expires_at > $3)
+    """
+
+    # -- save: see `save_statement` --
+
+    # -- delete --
+    # $1 ns, $2 id, $3 now
+    delete_session: str = """
+        DELETE FROM {s}.agentsessions_sessions WHERE namespace = $1 AND session_id = $2
+        RETURNING (expires_at IS NULL OR expires_at > $3)
+    """
+    # $1 ns, $2 user, $3 now
+    delete_user_sessions: str = """
+        DELETE FROM {s}.agentsessions_sessions WHERE namespace = $1 AND user_id = $2
+        RETURNING session_id, (expires_at IS NULL OR expires_at > $3) AS live
+    """
+    # $1 ns, $2 ids
+    delete_events_of: str = """
+        DELETE FROM {s}.agentsessions_events
+        WHERE namespace = $1 AND session_id = ANY($2::text[])
+    """
+    # $1 ns, $2 now, $3 batch size. SKIP LOCKED: a purge never waits on (or blocks) a
+    # session that is being written; whatever it skips, the next purge takes.
+    purge_batch: str = """
+        DELETE FROM {s}.agentsessions_sessions
+        WHERE (namespace, session_id) IN (
+            SELECT namespace, session_id FROM {s}.agentsessions_sessions
+            WHERE namespace = $1 AND expires_at <= $2
+            LIMIT $3 FOR UPDATE SKIP LOCKED)
+          AND expires_at <= $2
+        RETURNING session_id
+    """
+
+
+@lru_cache(maxsize=64)
+def statements(schema: str) -> Statements:
+    """The statements with *schema* filled in (cached: many managers share a schema)."""
+    quoted = quote_ident(schema)
+    filled = {
+        field.name: getattr(Statements, field.name).replace("{s}", quoted)
+        for field in fields(Statements)
+    }
+    return Statements(**filled)
+
+
+@lru_cache(maxsize=256)
+def save_statement(schema: str, *, truncate: bool, insert: bool, upsert: bool) -> str:
+    """The single statement of a save: check the version, write the record, move events.
+
+    One statement is one implicit transaction and one round trip. Parameters: $1 ns,
+    $2 id, $3 expected version, $4 now, $5 state, $6 new version, $7 expires_at,
+    $8 new event count [, $9 first new position, $10 new event texts].
+
+    The update's version check is what makes a stale save fail: a concurrent save of
+    the same session blocks on the row lock and then sees the new version. The event
+    statements read ``FROM s`` / ``EXISTS (SELECT FROM s)``, so they do nothing unless
+    the update matched. A truncating save deletes positions past the new end and
+    upserts the rest: the two touch disjoint rows, since the sub-statements of one
+    statement run in an unspecified order against one snapshot.
+
+    The result is 0 when saved; otherwise the live stored version (a conflict) or -1
+    (not stored or expired), read in the same snapshot.
+    """
+    parts = [
+        """
+        WITH s AS (
+            UPDATE {s}.agentsessions_sessions
+            SET state = $5::json, version = $6, updated_at = $4, expires_at = $7,
+                event_count = $8
+            WHERE namespace = $1 AND session_id = $2 AND version = $3
+              AND (expires_at IS NULL OR expires_at > $4)
+            RETURNING 1
+        )"""
+    ]
+    if truncate:
+        parts.append(
+            """, d AS (
+            DELETE FROM {s}.agentsessions_events
+            WHERE namespace = $1 AND session_id = $2 AND position >= $8
+              AND EXISTS (SELECT FROM s)
+        )"""
+        )
+    if insert:
+        conflict = (
+            "ON CONFLICT (namespace, session_id, position) DO UPDATE SET data = excluded.data"
+            if upsert
+            else ""
+        )
+        parts.append(
+            """, i AS (
+            INSERT INTO {s}.agentsessions_events (namespace, session_id, position, data)
+            SELECT $1, $2, $9 + u.ord - 1, u.data
+            FROM s, unnest($10::json[]) WITH ORDINALITY AS u(data, ord)
+            {conflict}
+        )""".replace("{conflict}", conflict)
+        )
+    parts.append(
+        """
+        SELECT COALESCE(
+            (SELECT 0 FROM s),
+            (SELECT version FROM {s}.agentsessions_sessions
+             WHERE namespace = $1 AND session_id = $2
+               AND (expires_at IS NULL OR expires_at > $4)),
+            -1)
+        """
+    )
+    return "".join(parts).replace("{s}", quote_ident(schema))
+
+
+@lru_cache(maxsize=256)
+def list_statement(schema: str, *, by_user: bool, paged: bool) -> str:
+    """A listing page, newest first, read in index order from the matching index.
+
+    Parameters: $1 ns, $2 now, $3 limit [, $4 user] [, then created_at, session_id of
+    the cursor]. Separate statements rather than ``$4 IS NULL OR ...`` so that each
+    prepared plan is a plain index range scan (keyset pagination on the row comparison).
+    """
+    where = ["namespace = $1", "(expires_at IS NULL OR expires_at > $2)"]
+    if by_user:
+        where.append("user_id = $4")
+    if paged:
+        first = 5 if by_user else 4
+        where.append(f"(created_at, session_id) < (${first}, ${first + 1})")
+    sql = (
+        "SELECT session_id, user_id, created_at, updated_at, event_count, version "
+        "FROM {s}.agentsessions_sessions WHERE "
+        + " AND ".join(where)
+        + " ORDER BY created_at DESC, session_id DESC LIMIT $3"
+    )
+    return sql.replace("{s}", quote_ident(schema))

@@ -1,0 +1,90 @@
+"""Key layout: where one namespace's sessions and listing indexes live.
+
+Every key starts with ``agentsessions:<namespace>:`` (namespaces are ``[A-Za-z0-9_]*``,
+so the prefix never holds a brace or a colon of its own). A session's two keys share
+the hash tag ``{<id as base64url>}``:
+
+* ``agentsessions:<ns>:{<tag>}:h``: a hash with the record (and the real id),
+* ``agentsessions:<ns>:{<tag>}:e``: a list with the events' JSON texts, in order.
+
+base64url is injective and its alphabet (``A-Za-z0-9-_``) has no brace, so any id
+(braces, colons, ``*``, newlines...) gives a distinct, well-formed tag, and both keys
+of a session hash to one cluster slot: a script can touch them atomically.
+
+Listing indexes are sorted sets scored by ``created_at`` in microseconds (exact in a
+double until the year 2255):
+
+* ``agentsessions:<ns>:index``: every session; member ``<id> NUL <user_id or "">``
+  (ids hold no NUL, so ties on the score still sort by id, and a purge that finds the
+  session gone knows which user index to clean too),
+* ``agentsessions:<ns>:user:<user_id as base64url>``: one user's sessions; member ``<id>``.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+
+__all__ = [
+    "SessionKeys",
+    "KeyLayout",
+    "from_micros",
+    "global_member",
+    "split_global_member",
+    "to_micros",
+]
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_MICRO = timedelta(microseconds=1)
+
+
+def to_micros(when: datetime) -> int:
+    """Microseconds since the epoch: exact, and orders like the datetimes do."""
+    return (when - _EPOCH) // _MICRO
+
+
+def from_micros(value: int) -> datetime:
+    return _EPOCH + timedelta(microseconds=value)
+
+
+def _tag(value: str) -> str:
+    return base64.urlsafe_b64encode(value.encode()).decode().rstrip("=")
+
+
+def global_member(session_id: str, user_id: str | None) -> bytes:
+    return session_id.encode() + b"\x00" + (user_id or "").encode()
+
+
+def split_global_member(member: bytes) -> tuple[bytes, bytes | None]:
+    """(id, user id or None) of a global index member, both as UTF-8 bytes."""
+    session_id, _, user = member.partition(b"\x00")
+    return session_id, user or None
+
+
+@dataclass(frozen=True, slots=True)
+class SessionKeys:
+    hash: str
+    events: str
+
+
+@dataclass(frozen=True, slots=True)
+class KeyLayout:
+    """Key names of one namespace."""
+
+    namespace: str
+
+    @property
+    def prefix(self) -> str:
+        return f"agentsessions:{self.namespace}:"
+
+    def session(self, session_id: str) -> SessionKeys:
+        base = f"{self.prefix}{{{_tag(session_id)}}}"
+        return SessionKeys(hash=f"{base}:h", events=f"{base}:e")
+
+    @property
+    def index(self) -> str:
+        return f"{self.prefix}index"
+
+    def user_index(self, user_id: str) -> str:
+        return f"{self.prefix}user:{_tag(user_id)}"

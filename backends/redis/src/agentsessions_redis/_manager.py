@@ -1,0 +1,597 @@
+"""`RedisSessionManager`: sessions in Redis or a Redis Cluster, one script per operation.
+
+A session is two keys sharing one hash tag (see `_keys`), so each operation on it is
+one server-side script on one node: atomic, and one round trip. The listing indexes
+are sorted sets; on a single server the scripts maintain them in the same atomic
+step, in a cluster they live on other nodes and are maintained right around the
+session write (see README: "Listing in a cluster").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, ClassVar, TypeVar
+
+from agentsessions import (
+    InvalidOptionError,
+    SessionConflictError,
+    SessionExistsError,
+    SessionNotFoundError,
+    SessionSummary,
+)
+from agentsessions.backend import (
+    Capabilities,
+    LoadedSession,
+    ManagerOptions,
+    SaveRequest,
+    SessionManager,
+    SessionRecord,
+    decode_events,
+    scrub_secret,
+)
+from pydantic import Field
+from redis import exceptions as redis_errors
+from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialWithJitterBackoff
+from redis.commands.core import AsyncScript
+
+from . import _scripts
+from ._client import CLUSTER_SCHEMES, make_client, split_cluster_url
+from ._keys import KeyLayout, from_micros, global_member, split_global_member, to_micros
+
+__all__ = ["RedisOptions", "RedisSessionManager"]
+
+T = TypeVar("T")
+E = TypeVar("E")
+
+# Errors that mean "the server could not be reached or cannot serve right now".
+_UNAVAILABLE: tuple[type[BaseException], ...] = (
+    redis_errors.ConnectionError,  # also AuthenticationError, BusyLoadingError, pool exhaustion
+    redis_errors.TimeoutError,
+    redis_errors.ClusterError,  # ClusterDownError, MasterDownError
+    redis_errors.TryAgainError,
+    redis_errors.ReadOnlyError,  # a failover left us talking to a replica
+    redis_errors.RedisClusterException,  # no reachable startup node, slot not covered
+    OSError,
+)
+
+# How many scripts delete_user / purge keep in flight at once.
+_FANOUT = 64
+_SCAN_BATCH = 500
+
+
+class RedisOptions(ManagerOptions):
+    """Options of the Redis backend (query string or keyword arguments)."""
+
+    socket_timeout: float | None = Field(
+        default=5.0, gt=0, description="seconds to wait for a reply before giving up"
+    )
+    connect_timeout: float | None = Field(
+        default=5.0, gt=0, description="seconds to wait for a connection"
+    )
+    max_connections: int | None = Field(
+        default=None, ge=1, description="connection pool size (per node in a cluster)"
+    )
+    retries: int = Field(
+        default=3,
+        ge=0,
+        le=100,
+        description="reconnect-and-resend attempts after a dropped connection",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    """One listing index entry, as read from a sorted set."""
+
+    index: str
+    member: bytes
+    score: int
+    session_id: bytes
+    user_id: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Fix:
+    """Index upkeep found by a reader: move *entry* to *new_score*, or drop it (None)."""
+
+    entry: _Entry
+    new_score: int | None
+
+
+class RedisSessionManager(SessionManager):
+    """Sessions in Redis (``redis://``, ``rediss://``, ``unix://``) or a Redis Cluster
+    (``redis+cluster://host:port,host:port``), through redis.asyncio."""
+
+    Options: ClassVar[type[ManagerOptions]] = RedisOptions
+    driver_query_params: ClassVar[frozenset[str]] = frozenset(
+        {
+            "db",
+            "username",
+            "password",
+            "client_name",
+            "health_check_interval",
+            "socket_keepalive",
+            "ssl_cert_reqs",
+            "ssl_ca_certs",
+            "ssl_ca_path",
+            "ssl_certfile",
+            "ssl_keyfile",
+            "ssl_check_hostname",
+            "ssl_min_version",
+            "ssl_ciphers",
+        }
+    )
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        persistent=True, shared=True, ttl=True, namespaces=True
+    )
+
+    #: In a cluster a create writes its index entries before the session itself, so a
+    #: reader may see an entry whose session is about to appear; readers leave entries
+    #: younger than this alone (they only filter them out). Microseconds.
+    cluster_index_grace_us: int = 2_000_000
+
+    def __init__(self, url: str, options: ManagerOptions) -> None:
+        super().__init__(url, options)
+        assert isinstance(options, RedisOptions)
+        self._settings = options
+        self.cluster = url.partition("://")[0].lower() in CLUSTER_SCHEMES
+        if self.cluster:
+            split_cluster_url(url)  # a malformed node list fails at connect(), not later
+        self.keys = KeyLayout(options.namespace)
+        self._client: Redis | RedisCluster | None = None
+        self._load_script: AsyncScript | None = None
+        self._create_script: AsyncScript | None = None
+        self._save_script: AsyncScript | None = None
+        self._delete_script: AsyncScript | None = None
+        self._move_script: AsyncScript | None = None
+
+    # -- plumbing -----------------------------------------------------------------------
+
+    @property
+    def client(self) -> Redis | RedisCluster:
+        """The redis-py client (for tests and tools); available once opened."""
+        if self._client is None:
+            raise RuntimeError(f"{self!r} is not open")
+        return self._client
+
+    @contextmanager
+    def _guard(self) -> Iterator[None]:
+        try:
+            yield
+        except _UNAVAILABLE as exc:
+            raise self._unavailable(exc) from exc
+
+    async def _run(self, script: AsyncScript | None, keys: Sequence[str], args: list[Any]) -> Any:
+        assert script is not None
+        with self._guard():
+            return await script(keys=keys, args=args)
+
+    async def _open(self) -> None:
+        o = self._settings
+        retry = Retry(ExponentialWithJitterBackoff(base=0.01, cap=0.5), o.retries)
+        settings: dict[str, Any] = {
+            "socket_timeout": o.socket_timeout,
+            "socket_connect_timeout": o.connect_timeout,
+            "decode_responses": False,
+            "retry": retry,
+        }
+        if o.max_connections is not None:
+            settings["max_connections"] = o.max_connections
+        try:
+            client = make_client(self._url, settings)
+        except (ValueError, TypeError, redis_errors.RedisClusterException) as exc:
+            reason = scrub_secret(str(exc), self._url)
+            raise InvalidOptionError(f"cannot use {self.url}: {reason}") from None
+        try:
+            with self._guard():
+                if isinstance(client, RedisCluster):
+                    await client.initialize()
+                else:
+                    await client.ping()
+        except BaseException:
+            await client.aclose()
+            raise
+        self._client = client
+        self._load_script = client.register_script(_scripts.LOAD)
+        self._create_script = client.register_script(_scripts.CREATE)
+        self._save_script = client.register_script(_scripts.SAVE)
+        self._delete_script = client.register_script(_scripts.DELETE)
+        self._move_script = client.register_script(_scripts.MOVE_INDEX_ENTRY)
+
+    async def _close(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            await client.aclose()
+
+    # -- one session --------------------------------------------------------------------
+
+    async def _create(self, record: SessionRecord, now: datetime) -> None:
+        session_id, user_id = record.session_id, record.user_id
+        keys = self.keys.session(session_id)
+        created = to_micros(record.created_at)
+        member = global_member(session_id, user_id)
+        user_index = self.keys.user_index(user_id) if user_id is not None else ""
+        expires = record.expires_at
+        args: list[Any] = [
+            to_micros(now),
+            os.urandom(12),
+            session_id,
+            user_id or "",
+            record.state,
+            created,
+            "" if expires is None else to_micros(expires),
+            "" if expires is None else _pexpireat(expires),
+            member,
+            user_index,
+        ]
+        if not self.cluster:
+            index_keys = [self.keys.index] + ([user_index] if user_index else [])
+            script_keys = [keys.hash, keys.events, *index_keys]
+            result = await self._run(self._create_script, script_keys, args)
+            if result[0] != 1:
+                raise SessionExistsError(session_id)
+            return
+        # Cluster: the index entries first, so a crash after them leaves at worst an entry
+        # readers filter out, never a session that listing and delete_user cannot find.
+        entries = self._entries_of(
+            session_id.encode(), None if user_id is None else user_id.encode(), created
+        )
+        client = self.client
+        with self._guard():
+            added = await asyncio.gather(
+                *(client.zadd(e.index, {e.member: e.score}, nx=True) for e in entries)
+            )
+        result = await self._run(self._create_script, [keys.hash, keys.events], args)
+        if result[0] == 1:
+            # NX kept an older entry's score, and a concurrent reader may have dropped
+            # ours while the session did not exist yet: set the final score now.
+            with self._guard():
+                await asyncio.gather(
+                    *(client.zadd(e.index, {e.member: e.score}) for e in entries)
+                )
+            return
+        await self._apply_fixes(
+            [_Fix(e, None) for e, was_added in zip(entries, added, strict=True) if was_added]
+        )
+        raise SessionExistsError(session_id)
+
+    async def _load(
+        self, session_id: str, last_events: int | None, now: datetime
+    ) -> LoadedSession | None:
+        keys = self.keys.session(session_id)
+        wanted = -1 if last_events is None else last_events
+        result = await self._run(
+            self._load_script, [keys.hash, keys.events], [to_micros(now), wanted]
+        )
+        if result is None:
+            return None
+        fields, texts = result
+        return LoadedSession(_record(fields), decode_events(texts))
+
+    async def _save(self, request: SaveRequest, now: datetime) -> None:
+        record = request.record
+        keys = self.keys.session(record.session_id)
+        expires = record.expires_at
+        args: list[Any] = [
+            to_micros(now),
+            request.expected_version,
+            os.urandom(12),
+            request.keep,
+            record.state,
+            record.version,
+            to_micros(record.updated_at),
+            "" if expires is None else to_micros(expires),
+            "" if expires is None else _pexpireat(expires),
+            record.event_count,
+        ]
+        args.extend(event.data for event in request.new_events)
+        result = await self._run(self._save_script, [keys.hash, keys.events], args)
+        if result == 1:
+            return
+        if result == 0:
+            raise SessionNotFoundError(record.session_id)
+        raise SessionConflictError(record.session_id, request.expected_version)
+
+    async def _delete(self, session_id: str) -> bool:
+        outcome = await self._delete_one(session_id, "any", None)
+        return outcome == 1
+
+    async def _delete_one(self, session_id: str, mode: str, user_id: str | None) -> int:
+        """Run the delete script; in a cluster also drop the index entries it orphaned.
+
+        Returns the script's verdict: 1 deleted live, 0 deleted expired, -1 absent,
+        -2 kept (owned by another user, or live in 'expired' mode).
+        """
+        keys = self.keys.session(session_id)
+        script_keys = [keys.hash, keys.events]
+        if not self.cluster:
+            script_keys.append(self.keys.index)
+        result = await self._run(
+            self._delete_script, script_keys, [_now_us(), mode, user_id or ""]
+        )
+        verdict = int(result[0])
+        if self.cluster and verdict in (0, 1):
+            owner = result[1]
+            created = int(result[2])
+            await self._apply_fixes(
+                [_Fix(e, None) for e in self._entries_of(session_id.encode(), owner, created)]
+            )
+        return verdict
+
+    def _entries_of(self, session_id: bytes, user_id: bytes | None, score: int) -> list[_Entry]:
+        """The index entries a session with this id, owner and creation time has."""
+        member = session_id + b"\x00" + (user_id or b"")
+        entries = [_Entry(self.keys.index, member, score, session_id, user_id)]
+        if user_id:
+            index = self.keys.user_index(user_id.decode())
+            entries.append(_Entry(index, session_id, score, session_id, user_id))
+        return entries
+
+    # -- many sessions ------------------------------------------------------------------
+
+    async def _delete_user(self, user_id: str) -> int:
+        index = self.keys.user_index(user_id)
+        user = user_id.encode()
+        with self._guard():
+            pairs = _scored(
+                await self.client.zrange(index, 0, -1, withscores=True, score_cast_func=int)
+            )
+        entries = [_Entry(index, member, score, member, user) for member, score in pairs]
+        verdicts = await _bounded(
+            lambda e: self._delete_one(e.session_id.decode(), "user", user_id), entries
+        )
+        now = _now_us()
+        stale: list[_Fix] = []
+        for entry, verdict in zip(entries, verdicts, strict=True):
+            if verdict == -1 and self._may_drop(entry, now):
+                # Redis expired it: its global index entry is left over too.
+                stale.extend(
+                    _Fix(e, None) for e in self._entries_of(entry.session_id, user, entry.score)
+                )
+            elif verdict == -2 and self._may_drop(entry, now):
+                stale.append(_Fix(entry, None))  # the id now holds another user's session
+        await self._apply_fixes(stale)
+        return sum(1 for verdict in verdicts if verdict == 1)
+
+    async def _list(
+        self,
+        user_id: str | None,
+        limit: int,
+        after: tuple[datetime, str] | None,
+        now: datetime,
+    ) -> list[SessionSummary]:
+        index = self.keys.index if user_id is None else self.keys.user_index(user_id)
+        user = None if user_id is None else user_id.encode()
+        position = None if after is None else (to_micros(after[0]), after[1].encode())
+        now_us = to_micros(now)
+        found: list[SessionSummary] = []
+        fixes: list[_Fix] = []
+        while len(found) < limit:
+            # Ask for a little more than needed: stale entries are filtered out here.
+            fetch = limit - len(found) + 4
+            entries = await self._index_page(index, user, position, fetch)
+            if not entries:
+                break
+            records = await self._read_records([e.session_id for e in entries])
+            for entry, fields in zip(entries, records, strict=True):
+                summary, fix = self._judge(entry, fields, now_us)
+                if summary is not None:
+                    found.append(summary)
+                if fix is not None:
+                    fixes.append(fix)
+            last = entries[-1]
+            position = (last.score, last.session_id)
+            if len(entries) < fetch:
+                break
+        await self._apply_fixes(fixes)
+        return found[:limit]
+
+    async def _purge_expired(self, now: datetime) -> int:
+        """Drop the index entries of sessions Redis expired, and delete sessions that are
+        expired by our clock but not yet by the server's; how many sessions that was."""
+        now_us = to_micros(now)
+        purged = 0
+        seen: set[bytes] = set()
+        batch: list[_Entry] = []
+        async for entry in self._scan_index():
+            if entry.member in seen:
+                continue  # ZSCAN may return an element twice
+            seen.add(entry.member)
+            batch.append(entry)
+            if len(batch) >= _SCAN_BATCH:
+                purged += await self._purge_batch(batch, now_us)
+                batch = []
+        if batch:
+            purged += await self._purge_batch(batch, now_us)
+        return purged
+
+    async def _purge_batch(self, entries: list[_Entry], now_us: int) -> int:
+        records = await self._read_records([e.session_id for e in entries])
+        fixes: list[_Fix] = []
+        doomed: list[_Entry] = []
+        purged = 0
+        for entry, fields in zip(entries, records, strict=True):
+            if fields is None or fields[0] is None:
+                if self._may_drop(entry, now_us):
+                    purged += 1  # Redis expired it; only its index entries are left
+                    fixes.extend(
+                        _Fix(e, None)
+                        for e in self._entries_of(entry.session_id, entry.user_id, entry.score)
+                    )
+                continue
+            expires = fields[6]
+            if (
+                expires is not None
+                and int(expires) <= now_us
+                and fields[1] == entry.user_id
+                and int(fields[4] or 0) == entry.score
+            ):
+                doomed.append(entry)
+                continue
+            _, fix = self._judge(entry, fields, now_us)
+            if fix is not None:
+                fixes.append(fix)
+        verdicts = await _bounded(
+            lambda e: self._delete_one(e.session_id.decode(), "expired", None), doomed
+        )
+        purged += sum(1 for verdict in verdicts if verdict == 0)
+        await self._apply_fixes(fixes)
+        return purged
+
+    # -- index reading and upkeep -------------------------------------------------------
+
+    async def _index_page(
+        self, index: str, user: bytes | None, position: tuple[int, bytes] | None, count: int
+    ) -> list[_Entry]:
+        """Up to *count* entries in listing order, strictly after *position*."""
+        client = self.client
+        with self._guard():
+            if position is None:
+                pairs = await client.zrange(
+                    index, "+inf", "-inf", desc=True, byscore=True, offset=0, num=count,
+                    withscores=True, score_cast_func=int,
+                )  # fmt: skip
+                return [self._entry(index, user, m, s) for m, s in _scored(pairs)]
+            score, session_id = position
+            async with client.pipeline(transaction=False) as pipe:
+                # Same key, so one node and one round trip even in a cluster. Members
+                # tied on the score sort by id (the member starts with it).
+                pipe.zrange(index, score, score, byscore=True)
+                pipe.zrange(
+                    index, f"({score}", "-inf", desc=True, byscore=True, offset=0, num=count,
+                    withscores=True, score_cast_func=int,
+                )  # fmt: skip
+                ties, rest = await pipe.execute()
+        entries = [self._entry(index, user, m, score) for m in reversed(ties)]
+        entries = [e for e in entries if e.session_id < session_id]
+        entries.extend(self._entry(index, user, m, s) for m, s in _scored(rest))
+        return entries[:count]
+
+    def _entry(self, index: str, user: bytes | None, member: bytes, score: int) -> _Entry:
+        if index == self.keys.index:
+            session_id, owner = split_global_member(member)
+            return _Entry(index, member, score, session_id, owner)
+        return _Entry(index, member, score, member, user)
+
+    async def _scan_index(self) -> AsyncIterator[_Entry]:
+        index = self.keys.index
+        iterator = self.client.zscan_iter(index, count=_SCAN_BATCH)
+        while True:
+            with self._guard():
+                try:
+                    member, score = await iterator.__anext__()
+                except StopAsyncIteration:
+                    return
+            yield self._entry(index, None, member, int(score))
+
+    async def _read_records(self, session_ids: list[bytes]) -> list[list[bytes | None] | None]:
+        """The hash fields of each session, in one pipelined round trip (per node)."""
+        if not session_ids:
+            return []
+        with self._guard():
+            async with self.client.pipeline(transaction=False) as pipe:
+                for session_id in session_ids:
+                    pipe.hmget(self.keys.session(session_id.decode()).hash, _scripts.HASH_FIELDS)
+                results: list[list[bytes | None] | None] = await pipe.execute()
+        return results
+
+    def _may_drop(self, entry: _Entry, now_us: int) -> bool:
+        """Whether a reader may remove an entry whose session it could not find."""
+        return not self.cluster or entry.score < now_us - self.cluster_index_grace_us
+
+    def _judge(
+        self, entry: _Entry, fields: list[bytes | None] | None, now_us: int
+    ) -> tuple[SessionSummary | None, _Fix | None]:
+        """The summary this entry stands for, if it is live, and any upkeep it needs."""
+        if fields is None or fields[0] is None or fields[1] != entry.user_id:
+            # Gone (Redis expired or someone deleted it), or the id now holds a session
+            # of another user: a leftover entry.
+            return None, (_Fix(entry, None) if self._may_drop(entry, now_us) else None)
+        created = int(fields[4])  # type: ignore[arg-type]
+        expires = fields[6]
+        expired = expires is not None and int(expires) <= now_us
+        if created != entry.score:
+            # The entry of an earlier life of this id, or a create that crashed between
+            # its session and index writes: point it at the session's real position.
+            if not self._may_drop(entry, now_us):
+                return None, None
+            return None, _Fix(entry, None if expired else created)
+        if expired:
+            # This very session expired: the entry can go at once (a new create of the id
+            # would carry another score, which the conditional removal leaves alone).
+            return None, _Fix(entry, None)
+        return _summary(fields), None
+
+    async def _apply_fixes(self, fixes: list[_Fix]) -> None:
+        if not fixes:
+            return
+
+        def move(fix: _Fix) -> Awaitable[Any]:
+            new_score = "" if fix.new_score is None else fix.new_score
+            return self._run(
+                self._move_script, [fix.entry.index], [fix.entry.member, fix.entry.score, new_score]
+            )
+
+        await _bounded(move, fixes)
+
+
+# -- helpers ------------------------------------------------------------------------------
+
+
+def _now_us() -> int:
+    return to_micros(datetime.now(timezone.utc))
+
+
+def _pexpireat(expires: datetime) -> int:
+    # Round up: Redis must not drop a key before the session is due to expire.
+    return -(-to_micros(expires) // 1000)
+
+
+def _scored(pairs: Any) -> list[tuple[bytes, int]]:
+    """redis-py's ZRANGE WITHSCORES reply (typed loosely by redis-py), as what it is."""
+    return [(member, int(score)) for member, score in pairs]
+
+
+def _record(fields: list[bytes | None]) -> SessionRecord:
+    session_id, user_id, state, version, created, updated, expires, count = fields
+    assert session_id is not None and state is not None
+    return SessionRecord(
+        session_id=session_id.decode(),
+        user_id=None if user_id is None else user_id.decode(),
+        state=state.decode(),
+        version=int(version),  # type: ignore[arg-type]
+        created_at=from_micros(int(created)),  # type: ignore[arg-type]
+        updated_at=from_micros(int(updated)),  # type: ignore[arg-type]
+        expires_at=None if expires is None else from_micros(int(expires)),
+        event_count=int(count),  # type: ignore[arg-type]
+    )
+
+
+def _summary(fields: list[bytes | None]) -> SessionSummary:
+    session_id, user_id, _, version, created, updated, _, count = fields
+    assert session_id is not None
+    return SessionSummary(
+        session_id=session_id.decode(),
+        user_id=None if user_id is None else user_id.decode(),
+        created_at=from_micros(int(created)),  # type: ignore[arg-type]
+        updated_at=from_micros(int(updated)),  # type: ignore[arg-type]
+        event_count=int(count),  # type: ignore[arg-type]
+        version=int(version),  # type: ignore[arg-type]
+    )
+
+
+async def _bounded(call: Callable[[E], Awaitable[T]], items: Sequence[E]) -> list[T]:
+    """``call(item)`` for every item, at most `_FANOUT` in flight; results in order."""
+    results: list[T] = []
+    for start in range(0, len(items), _FANOUT):
+        chunk = items[start : start + _FANOUT]
+        results.extend(await asyncio.gather(*(call(item) for item in chunk)))
+    return results

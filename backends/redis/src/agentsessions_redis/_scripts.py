@@ -1,0 +1,138 @@
+"""The server-side Lua scripts: each runs atomically on the node that owns its keys.
+
+Every script reads and checks everything before its first write, because Redis does
+not roll a script back when a command in it fails. Scripts touch only the keys passed
+in KEYS, except the standalone-only index upkeep (KEYS[3] given), where the session's
+user index is named by the session hash itself; that branch never runs in a cluster.
+
+Writes carry a random token stored in the hash: a retry of a write that already
+landed (redis-py retries after a dropped connection) is recognised and reported as
+done instead of as a conflict, so retries never turn a success into an error.
+"""
+
+from __future__ import annotations
+
+__all__ = ["CREATE", "DELETE", "LOAD", "SAVE", "MOVE_INDEX_ENTRY", "HASH_FIELDS"]
+
+#: The hash fields a load and a listing read, in this order.
+HASH_FIELDS = ("id", "u", "s", "v", "c", "m", "x", "n")
+
+# KEYS: hash, events. ARGV: now (us), how many newest events (-1: all).
+# Returns nil if absent or expired, else {HMGET of HASH_FIELDS, event texts}.
+LOAD = """
+local rec = redis.call('HMGET', KEYS[1], 'id', 'u', 's', 'v', 'c', 'm', 'x', 'n')
+if not rec[1] then return false end
+if rec[7] and tonumber(rec[7]) <= tonumber(ARGV[1]) then return false end
+local last = tonumber(ARGV[2])
+local events
+if last < 0 then
+  events = redis.call('LRANGE', KEYS[2], 0, -1)
+elseif last == 0 then
+  events = {}
+else
+  events = redis.call('LRANGE', KEYS[2], -last, -1)
+end
+return {rec, events}
+"""
+
+# KEYS: hash, events [, global index [, user index]] (indexes: standalone only).
+# ARGV: now, token, id, user ('' = none), state, created, expires (''), pexpireat (''),
+#       global index member, user index key.
+# Returns {1} when created, {0, created_at of the live session} when the id is taken.
+CREATE = """
+local cur = redis.call('HMGET', KEYS[1], 't', 'x', 'c', 'u', 'uk')
+if cur[1] then
+  if cur[1] == ARGV[2] then return {1} end
+  if not cur[2] or tonumber(cur[2]) > tonumber(ARGV[1]) then return {0, cur[3]} end
+  redis.call('DEL', KEYS[1], KEYS[2])
+  if KEYS[3] then
+    redis.call('ZREM', KEYS[3], ARGV[3] .. '\\0' .. (cur[4] or ''))
+    if cur[5] then redis.call('ZREM', cur[5], ARGV[3]) end
+  end
+end
+local fields = {'id', ARGV[3], 's', ARGV[5], 'v', '1', 'c', ARGV[6], 'm', ARGV[6],
+                'n', '0', 't', ARGV[2]}
+if ARGV[4] ~= '' then
+  fields[#fields + 1] = 'u'; fields[#fields + 1] = ARGV[4]
+  fields[#fields + 1] = 'uk'; fields[#fields + 1] = ARGV[10]
+end
+if ARGV[7] ~= '' then
+  fields[#fields + 1] = 'x'; fields[#fields + 1] = ARGV[7]
+end
+redis.call('HSET', KEYS[1], unpack(fields))
+if ARGV[8] ~= '' then redis.call('PEXPIREAT', KEYS[1], ARGV[8]) end
+if KEYS[3] then
+  redis.call('ZADD', KEYS[3], ARGV[6], ARGV[9])
+  if KEYS[4] then redis.call('ZADD', KEYS[4], ARGV[6], ARGV[3]) end
+end
+return {1}
+"""
+
+# KEYS: hash, events. ARGV: now, expected version, token, keep, state, version,
+#       updated, expires (''), pexpireat (''), event count, new event texts...
+# Returns 1 saved, 0 absent or expired, -1 version conflict (nothing written).
+SAVE = """
+local cur = redis.call('HMGET', KEYS[1], 't', 'v', 'x')
+if not cur[1] then return 0 end
+if cur[1] == ARGV[3] then return 1 end
+if cur[3] and tonumber(cur[3]) <= tonumber(ARGV[1]) then return 0 end
+if cur[2] ~= ARGV[2] then return -1 end
+local keep = tonumber(ARGV[4])
+if keep < redis.call('LLEN', KEYS[2]) then
+  if keep == 0 then
+    redis.call('DEL', KEYS[2])
+  else
+    redis.call('LTRIM', KEYS[2], 0, keep - 1)
+  end
+end
+local first, last = 11, #ARGV
+while first <= last do
+  -- unpack() is bounded by the Lua C stack: push in slices.
+  local stop = math.min(first + 999, last)
+  redis.call('RPUSH', KEYS[2], unpack(ARGV, first, stop))
+  first = stop + 1
+end
+if ARGV[8] ~= '' then
+  redis.call('HSET', KEYS[1], 's', ARGV[5], 'v', ARGV[6], 'm', ARGV[7], 'n', ARGV[10],
+             't', ARGV[3], 'x', ARGV[8])
+  redis.call('PEXPIREAT', KEYS[1], ARGV[9])
+  redis.call('PEXPIREAT', KEYS[2], ARGV[9])
+else
+  redis.call('HSET', KEYS[1], 's', ARGV[5], 'v', ARGV[6], 'm', ARGV[7], 'n', ARGV[10],
+             't', ARGV[3])
+  redis.call('HDEL', KEYS[1], 'x')
+  redis.call('PERSIST', KEYS[1])
+  redis.call('PERSIST', KEYS[2])
+end
+return 1
+"""
+
+# KEYS: hash, events [, global index] (standalone only).
+# ARGV: now, mode ('any', 'user': only if owned by ARGV[3], 'expired': only if expired).
+# Returns {1 deleted live | 0 deleted expired | -1 absent | -2 kept, user, created}.
+DELETE = """
+local cur = redis.call('HMGET', KEYS[1], 'id', 'u', 'c', 'x', 'uk')
+if not cur[1] then return {-1} end
+local live = (not cur[4]) or tonumber(cur[4]) > tonumber(ARGV[1])
+if (ARGV[2] == 'user' and cur[2] ~= ARGV[3]) or (ARGV[2] == 'expired' and live) then
+  return {-2, cur[2], cur[3]}
+end
+redis.call('DEL', KEYS[1], KEYS[2])
+if KEYS[3] then
+  redis.call('ZREM', KEYS[3], cur[1] .. '\\0' .. (cur[2] or ''))
+  if cur[5] then redis.call('ZREM', cur[5], cur[1]) end
+end
+if live then return {1, cur[2], cur[3]} end
+return {0, cur[2], cur[3]}
+"""
+
+# KEYS: one index. ARGV: member, score it must still have, new score ('' = remove).
+# Index upkeep in a cluster: a conditional change, so it never undoes a concurrent
+# create that re-added the member with another score.
+MOVE_INDEX_ENTRY = """
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not score or tonumber(score) ~= tonumber(ARGV[2]) then return 0 end
+if ARGV[3] == '' then return redis.call('ZREM', KEYS[1], ARGV[1]) end
+redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
+return 1
+"""

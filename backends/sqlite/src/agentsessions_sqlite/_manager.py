@@ -1,0 +1,506 @@
+"""`SQLiteSessionManager`: sessions in a SQLite file (or a private in-memory database).
+
+Every operation is one transaction run in one hop on a connection's thread (see
+`_connection`). A file-backed manager holds two connections: the writer, for every
+write, and a reader, so that loads and listings never queue behind a write (WAL lets
+them read the last committed snapshot while a write is in progress). A ``:memory:``
+database exists only inside its one connection, so that connection does everything.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from datetime import datetime, timedelta, timezone
+from operator import itemgetter
+from typing import ClassVar
+
+from agentsessions import (
+    BackendUnavailableError,
+    SessionConflictError,
+    SessionExistsError,
+    SessionNotFoundError,
+    SessionSummary,
+)
+from agentsessions.backend import (
+    Capabilities,
+    LoadedSession,
+    ManagerOptions,
+    SaveRequest,
+    SessionManager,
+    SessionRecord,
+    decode_events,
+)
+
+from ._connection import Link, connect, is_busy
+from ._options import SQLiteOptions
+from ._schema import SchemaTooNewError, migrate
+from ._url import MEMORY, database_path
+
+__all__ = ["SQLiteSessionManager"]
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_MICROSECOND = timedelta(microseconds=1)
+_first = itemgetter(0)
+
+
+def _to_micros(when: datetime) -> int:
+    # Integer arithmetic on timedeltas is exact; float timestamps are not, past 2^53 µs.
+    return (when - _EPOCH) // _MICROSECOND
+
+
+def _from_micros(micros: int) -> datetime:
+    return _EPOCH + timedelta(microseconds=micros)
+
+
+def _optional_micros(when: datetime | None) -> int | None:
+    return None if when is None else _to_micros(when)
+
+
+# -- statements ----------------------------------------------------------------------
+# Liveness is "expires_at IS NULL OR expires_at > :now" everywhere, so an expired
+# session is invisible the instant it expires, whether or not it has been purged.
+
+_SELECT_SESSION = """
+SELECT user_id, state, version, created_at, updated_at, expires_at, event_count
+FROM agentsessions_sessions
+WHERE namespace = ? AND session_id = ? AND (expires_at IS NULL OR expires_at > ?)
+"""
+# Events come back as the stored UTF-8 bytes (CAST ... AS BLOB): pydantic-core parses
+# bytes directly, so decoding each row into a str first is wasted work (it was 40% of
+# fetching 5,500 events). Only valid when the database's text encoding is UTF-8, which
+# is SQLite's default; a UTF-16 database (set by whoever created the file) gets str.
+_SELECT_ALL_EVENTS = {
+    True: """
+SELECT CAST(data AS BLOB) FROM agentsessions_events
+WHERE namespace = ? AND session_id = ? ORDER BY position
+""",
+    False: """
+SELECT data FROM agentsessions_events
+WHERE namespace = ? AND session_id = ? ORDER BY position
+""",
+}
+_SELECT_LAST_EVENTS = {
+    True: """
+SELECT CAST(data AS BLOB) FROM agentsessions_events
+WHERE namespace = ? AND session_id = ? ORDER BY position DESC LIMIT ?
+""",
+    False: """
+SELECT data FROM agentsessions_events
+WHERE namespace = ? AND session_id = ? ORDER BY position DESC LIMIT ?
+""",
+}
+# An insert, or the replacement of an expired session with the same id; a live one
+# makes the DO UPDATE's WHERE false, so nothing changes and rowcount says so.
+_CREATE = """
+INSERT INTO agentsessions_sessions (
+    namespace, session_id, user_id, state, version,
+    created_at, updated_at, expires_at, event_count
+) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (namespace, session_id) DO UPDATE SET
+    user_id = excluded.user_id, state = excluded.state, version = excluded.version,
+    created_at = excluded.created_at, updated_at = excluded.updated_at,
+    expires_at = excluded.expires_at, event_count = excluded.event_count
+WHERE agentsessions_sessions.expires_at IS NOT NULL AND agentsessions_sessions.expires_at <= ?
+"""
+_DELETE_EVENTS = "DELETE FROM agentsessions_events WHERE namespace = ? AND session_id = ?"
+# The version check and the write are one statement inside BEGIN IMMEDIATE: the row
+# changes only if nobody saved since the load. user_id and created_at are not written.
+_UPDATE_SESSION = """
+UPDATE agentsessions_sessions
+SET state = ?, version = ?, updated_at = ?, expires_at = ?, event_count = ?
+WHERE namespace = ? AND session_id = ? AND version = ?
+  AND (expires_at IS NULL OR expires_at > ?)
+"""
+_SELECT_VERSION = """
+SELECT version FROM agentsessions_sessions
+WHERE namespace = ? AND session_id = ? AND (expires_at IS NULL OR expires_at > ?)
+"""
+_DELETE_EVENT_TAIL = """
+DELETE FROM agentsessions_events WHERE namespace = ? AND session_id = ? AND position >= ?
+"""
+_INSERT_EVENT = """
+INSERT INTO agentsessions_events (namespace, session_id, position, data) VALUES (?, ?, ?, ?)
+"""
+_SELECT_EXPIRY = """
+SELECT expires_at FROM agentsessions_sessions WHERE namespace = ? AND session_id = ?
+"""
+_DELETE_SESSION = "DELETE FROM agentsessions_sessions WHERE namespace = ? AND session_id = ?"
+_COUNT_LIVE_OF_USER = """
+SELECT count(*) FROM agentsessions_sessions
+WHERE namespace = ? AND user_id = ? AND (expires_at IS NULL OR expires_at > ?)
+"""
+_DELETE_EVENTS_OF_USER = """
+DELETE FROM agentsessions_events
+WHERE namespace = ? AND session_id IN (
+    SELECT session_id FROM agentsessions_sessions WHERE namespace = ? AND user_id = ?
+)
+"""
+_DELETE_SESSIONS_OF_USER = """
+DELETE FROM agentsessions_sessions WHERE namespace = ? AND user_id = ?
+"""
+_DELETE_EVENTS_OF_EXPIRED = """
+DELETE FROM agentsessions_events
+WHERE namespace = ? AND session_id IN (
+    SELECT session_id FROM agentsessions_sessions
+    WHERE namespace = ? AND expires_at IS NOT NULL AND expires_at <= ?
+)
+"""
+_DELETE_EXPIRED = """
+DELETE FROM agentsessions_sessions
+WHERE namespace = ? AND expires_at IS NOT NULL AND expires_at <= ?
+"""
+
+_SUMMARY = """
+SELECT session_id, user_id, created_at, updated_at, event_count, version
+FROM agentsessions_sessions
+WHERE namespace = ? AND (expires_at IS NULL OR expires_at > ?)
+"""
+_PAGE = " ORDER BY created_at DESC, session_id DESC LIMIT ?"
+_AFTER = " AND (created_at, session_id) < (?, ?)"
+_OF_USER = " AND user_id = ?"
+# The four listing queries, spelled out once: (by user?, after a cursor?) -> SQL.
+_LIST = {
+    (False, False): _SUMMARY + _PAGE,
+    (False, True): _SUMMARY + _AFTER + _PAGE,
+    (True, False): _SUMMARY + _OF_USER + _PAGE,
+    (True, True): _SUMMARY + _OF_USER + _AFTER + _PAGE,
+}
+
+
+# -- what runs in the connection thread ------------------------------------------------
+
+
+def _load(
+    conn: sqlite3.Connection,
+    namespace: str,
+    session_id: str,
+    last_events: int | None,
+    now: int,
+    utf8: bool,
+) -> LoadedSession | None:
+    row = conn.execute(_SELECT_SESSION, (namespace, session_id, now)).fetchone()
+    if row is None:
+        return None
+    user_id, state, version, created, updated, expires, event_count = row
+    if last_events is None:
+        rows = conn.execute(_SELECT_ALL_EVENTS[utf8], (namespace, session_id)).fetchall()
+    elif last_events:
+        rows = conn.execute(
+            _SELECT_LAST_EVENTS[utf8], (namespace, session_id, last_events)
+        ).fetchall()
+        rows.reverse()
+    else:
+        rows = []
+    record = SessionRecord(
+        session_id=session_id,
+        user_id=user_id,
+        state=state,
+        version=version,
+        created_at=_from_micros(created),
+        updated_at=_from_micros(updated),
+        expires_at=None if expires is None else _from_micros(expires),
+        event_count=event_count,
+    )
+    # One batch decode of every event (pydantic-core); map() keeps the unpacking in C.
+    return LoadedSession(record, decode_events(list(map(_first, rows))))
+
+
+def _create(
+    conn: sqlite3.Connection, namespace: str, record: SessionRecord, now: int
+) -> bool:
+    cursor = conn.execute(
+        _CREATE,
+        (
+            namespace,
+            record.session_id,
+            record.user_id,
+            record.state,
+            record.version,
+            _to_micros(record.created_at),
+            _to_micros(record.updated_at),
+            _optional_micros(record.expires_at),
+            record.event_count,
+            now,
+        ),
+    )
+    if cursor.rowcount == 0:
+        return False
+    # Either a fresh id (no events to delete: one index probe) or an expired session
+    # being replaced, whose old events must go in the same transaction.
+    conn.execute(_DELETE_EVENTS, (namespace, record.session_id))
+    return True
+
+
+def _save(conn: sqlite3.Connection, namespace: str, request: SaveRequest, now: int) -> None:
+    record = request.record
+    session_id = record.session_id
+    cursor = conn.execute(
+        _UPDATE_SESSION,
+        (
+            record.state,
+            record.version,
+            _to_micros(record.updated_at),
+            _optional_micros(record.expires_at),
+            record.event_count,
+            namespace,
+            session_id,
+            request.expected_version,
+            now,
+        ),
+    )
+    if cursor.rowcount == 0:
+        if conn.execute(_SELECT_VERSION, (namespace, session_id, now)).fetchone() is None:
+            raise SessionNotFoundError(session_id)
+        raise SessionConflictError(session_id, request.expected_version)
+    if request.truncates:
+        conn.execute(_DELETE_EVENT_TAIL, (namespace, session_id, request.keep))
+    if request.new_events:
+        conn.executemany(
+            _INSERT_EVENT,
+            [(namespace, session_id, event.position, event.data) for event in request.new_events],
+        )
+
+
+def _delete(conn: sqlite3.Connection, namespace: str, session_id: str, now: int) -> bool:
+    row = conn.execute(_SELECT_EXPIRY, (namespace, session_id)).fetchone()
+    if row is None:
+        return False
+    conn.execute(_DELETE_EVENTS, (namespace, session_id))
+    conn.execute(_DELETE_SESSION, (namespace, session_id))
+    expires = row[0]
+    return expires is None or expires > now
+
+
+def _delete_user(conn: sqlite3.Connection, namespace: str, user_id: str, now: int) -> int:
+    (live,) = conn.execute(_COUNT_LIVE_OF_USER, (namespace, user_id, now)).fetchone()
+    conn.execute(_DELETE_EVENTS_OF_USER, (namespace, namespace, user_id))
+    conn.execute(_DELETE_SESSIONS_OF_USER, (namespace, user_id))
+    return int(live)
+
+
+def _purge_expired(conn: sqlite3.Connection, namespace: str, now: int) -> int:
+    conn.execute(_DELETE_EVENTS_OF_EXPIRED, (namespace, namespace, now))
+    return conn.execute(_DELETE_EXPIRED, (namespace, now)).rowcount
+
+
+def _list(
+    conn: sqlite3.Connection,
+    namespace: str,
+    user_id: str | None,
+    limit: int,
+    after: tuple[int, str] | None,
+    now: int,
+) -> list[SessionSummary]:
+    params: list[object] = [namespace, now]
+    if user_id is not None:
+        params.append(user_id)
+    if after is not None:
+        params.extend(after)
+    params.append(limit)
+    rows = conn.execute(_LIST[user_id is not None, after is not None], params).fetchall()
+    return [
+        SessionSummary(
+            session_id=session_id,
+            user_id=owner,
+            created_at=_from_micros(created),
+            updated_at=_from_micros(updated),
+            event_count=event_count,
+            version=version,
+        )
+        for session_id, owner, created, updated, event_count, version in rows
+    ]
+
+
+def _prepare_writer(conn: sqlite3.Connection, synchronous: str, memory: bool) -> None:
+    if not memory:
+        # Persistent in the file: every later connection, in any process, is in WAL too.
+        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            raise sqlite3.OperationalError(f"the database refused WAL mode (stays in {mode!r})")
+    _set_synchronous(conn, synchronous)
+
+
+def _set_synchronous(conn: sqlite3.Connection, synchronous: str) -> None:
+    # A literal per value: PRAGMA takes no parameters, and no input is ever spliced in.
+    if synchronous == "full":
+        conn.execute("PRAGMA synchronous = FULL")
+    else:
+        conn.execute("PRAGMA synchronous = NORMAL")
+
+
+def _is_utf8(conn: sqlite3.Connection) -> bool:
+    return str(conn.execute("PRAGMA encoding").fetchone()[0]).upper() == "UTF-8"
+
+
+def _prepare_reader(conn: sqlite3.Connection) -> None:
+    # The reader must never write; if a bug tried, SQLite refuses instead of racing
+    # the writer connection for the lock.
+    conn.execute("PRAGMA query_only = ON")
+
+
+class SQLiteSessionManager(SessionManager):
+    """Sessions in a SQLite database, shared safely by tasks, threads and processes.
+
+    ``sqlite:///relative/path.db``, ``sqlite:////absolute/path.db`` or
+    ``sqlite:///:memory:`` (private to this manager). Options: ``ttl``, ``namespace``,
+    ``busy_timeout`` (seconds), ``synchronous`` (``normal`` or ``full``).
+    """
+
+    Options: ClassVar[type[ManagerOptions]] = SQLiteOptions
+    capabilities: ClassVar[Capabilities] = Capabilities(persistent=True, shared=True)
+
+    def __init__(self, url: str, options: ManagerOptions | None = None) -> None:
+        super().__init__(url, options if options is not None else SQLiteOptions())
+        self.path = database_path(url)
+        if self.path == MEMORY:
+            # The URL decides what this manager can do, so it is set per instance; core
+            # declares capabilities a ClassVar, hence the ignore (see the README).
+            self.capabilities = Capabilities(persistent=False, shared=False)  # type: ignore[misc]
+        self._writer: Link | None = None
+        self._reader: Link | None = None
+        self._utf8 = True
+
+    @property
+    def _options(self) -> SQLiteOptions:
+        assert isinstance(self.options, SQLiteOptions)
+        return self.options
+
+    @property
+    def in_memory(self) -> bool:
+        return self.path == MEMORY
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    async def _open(self) -> None:
+        options = self._options
+        links: list[Link] = []
+        try:
+            writer = await connect(self.path, options.busy_timeout)
+            links.append(writer)
+            await writer.call(_prepare_writer, options.synchronous, self.in_memory)
+            await writer.write(migrate)
+            self._utf8 = await writer.call(_is_utf8)
+            if self.in_memory:
+                reader = writer
+            else:
+                reader = await connect(self.path, options.busy_timeout)
+                links.append(reader)
+                await reader.call(_prepare_reader)
+        except BaseException as exc:
+            for link in reversed(links):
+                await link.close()
+            if isinstance(exc, SchemaTooNewError):
+                raise BackendUnavailableError(self.url, str(exc)) from exc
+            if isinstance(exc, sqlite3.Error):
+                raise BackendUnavailableError(self.url, self._open_failure(exc)) from exc
+            raise
+        self._writer, self._reader = writer, reader
+
+    def _open_failure(self, exc: sqlite3.Error) -> str:
+        reason = f"cannot open SQLite database {self.path}: {exc}"
+        directory = os.path.dirname(self.path)
+        if not os.path.isdir(directory):
+            return f"{reason} (directory {directory} does not exist)"
+        if not os.access(directory, os.W_OK):
+            return f"{reason} (directory {directory} is not writable: WAL creates files there)"
+        if os.path.exists(self.path) and not os.access(self.path, os.R_OK | os.W_OK):
+            return f"{reason} (the file is not readable and writable by this process)"
+        return reason
+
+    async def _close(self) -> None:
+        writer, reader = self._writer, self._reader
+        self._writer = self._reader = None
+        if reader is not None and reader is not writer:
+            await reader.close()
+        if writer is not None:
+            await writer.close()
+
+    # -- plumbing -------------------------------------------------------------------------
+
+    def _links(self) -> tuple[Link, Link]:
+        if self._writer is None or self._reader is None:
+            raise BackendUnavailableError(self.url, "the manager is not open")
+        return self._writer, self._reader
+
+    def _failure(self, exc: sqlite3.Error) -> BackendUnavailableError:
+        if is_busy(exc):
+            return BackendUnavailableError(
+                self.url,
+                f"the database stayed locked by another connection for longer than "
+                f"busy_timeout={self._options.busy_timeout:g}s ({exc})",
+            )
+        return BackendUnavailableError(self.url, f"SQLite error: {type(exc).__name__}: {exc}")
+
+    # -- hooks ----------------------------------------------------------------------------
+
+    async def _create(self, record: SessionRecord, now: datetime) -> None:
+        writer, _ = self._links()
+        try:
+            created = await writer.write(_create, self.options.namespace, record, _to_micros(now))
+        except sqlite3.Error as exc:
+            raise self._failure(exc) from exc
+        if not created:
+            raise SessionExistsError(record.session_id)
+
+    async def _load(
+        self, session_id: str, last_events: int | None, now: datetime
+    ) -> LoadedSession | None:
+        _, reader = self._links()
+        try:
+            return await reader.read(
+                _load,
+                self.options.namespace,
+                session_id,
+                last_events,
+                _to_micros(now),
+                self._utf8,
+            )
+        except sqlite3.Error as exc:
+            raise self._failure(exc) from exc
+
+    async def _save(self, request: SaveRequest, now: datetime) -> None:
+        writer, _ = self._links()
+        try:
+            await writer.write(_save, self.options.namespace, request, _to_micros(now))
+        except sqlite3.Error as exc:
+            raise self._failure(exc) from exc
+
+    async def _delete(self, session_id: str) -> bool:
+        writer, _ = self._links()
+        now = _to_micros(datetime.now(timezone.utc))
+        try:
+            return await writer.write(_delete, self.options.namespace, session_id, now)
+        except sqlite3.Error as exc:
+            raise self._failure(exc) from exc
+
+    async def _delete_user(self, user_id: str) -> int:
+        writer, _ = self._links()
+        now = _to_micros(datetime.now(timezone.utc))
+        try:
+            return await writer.write(_delete_user, self.options.namespace, user_id, now)
+        except sqlite3.Error as exc:
+            raise self._failure(exc) from exc
+
+    async def _list(
+        self,
+        user_id: str | None,
+        limit: int,
+        after: tuple[datetime, str] | None,
+        now: datetime,
+    ) -> list[SessionSummary]:
+        _, reader = self._links()
+        position = None if after is None else (_to_micros(after[0]), after[1])
+        try:
+            return await reader.call(
+                _list, self.options.namespace, user_id, limit, position, _to_micros(now)
+            )
+        except sqlite3.Error as exc:
+            raise self._failure(exc) from exc
+
+    async def _purge_expired(self, now: datetime) -> int:
+        writer, _ = self._links()
+        try:
+            return await writer.write(_purge_expired, self.options.namespace, _to_micros(now))
+        except sqlite3.Error as exc:
+            raise self._failure(exc) from exc

@@ -1,0 +1,98 @@
+"""``python -m agentsessions_bench``: run the suite, write bench/results/, print the tables."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from ._api import RESULTS_DIR, profile_operation, publish, run_engines, run_url
+from ._report import render_markdown
+from ._runner import Config
+from ._suite import ENGINES
+
+__all__ = ["add_run_options", "config_from_args", "main"]
+
+
+def add_run_options(parser: argparse.ArgumentParser) -> None:
+    """Options shared with ``agentsessions bench``."""
+    parser.add_argument("--quick", action="store_true", help="one short round (a smoke run)")
+    parser.add_argument("--rounds", type=int, help="rounds (default 3; --quick: 1)")
+    parser.add_argument("--ops", type=int, help="timed turns per history size per round")
+    parser.add_argument(
+        "--sizes", help="comma-separated history sizes (default 0,100,1000,5000)"
+    )
+
+
+def config_from_args(args: argparse.Namespace) -> Config:
+    config = Config.quick() if args.quick else Config()
+    changes: dict[str, object] = {}
+    if args.rounds is not None:
+        changes["rounds"] = args.rounds
+    if args.ops is not None:
+        changes["ops"] = args.ops
+    if args.sizes:
+        changes["sizes"] = tuple(int(part) for part in args.sizes.split(","))
+    return dataclasses.replace(config, **changes)  # type: ignore[arg-type]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m agentsessions_bench",
+        description="Benchmark agentsessions against raw drivers and peer session stores.",
+    )
+    add_run_options(parser)
+    parser.add_argument(
+        "--engines",
+        default=",".join(ENGINES),
+        help=f"comma-separated subset of {','.join(ENGINES)}",
+    )
+    parser.add_argument("--no-peers", action="store_true", help="skip the OpenAI / ADK stores")
+    parser.add_argument("--url", help="measure only our store on this URL (and its floor)")
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="results directory")
+    parser.add_argument("--no-write", action="store_true", help="print only; write no files")
+    parser.add_argument(
+        "--profile",
+        metavar="URL",
+        help="profile one operation of our store on URL instead of benchmarking",
+    )
+    parser.add_argument(
+        "--operation",
+        default="append",
+        choices=("append", "turn_full", "turn_last", "read_full", "read_last"),
+    )
+    parser.add_argument("--size", type=int, default=5000, help="history size to profile at")
+    parser.add_argument("--count", type=int, default=200, help="operations to profile")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.profile:
+        print(asyncio.run(profile_operation(args.profile, args.operation, args.size, args.count)))
+        return 0
+    config = config_from_args(args)
+    if args.url:
+        results = asyncio.run(run_url(args.url, config, peers=not args.no_peers))
+    else:
+        engines = tuple(part.strip() for part in args.engines.split(",") if part.strip())
+        unknown = set(engines) - set(ENGINES)
+        if unknown:
+            print(f"unknown engine(s): {', '.join(sorted(unknown))}", file=sys.stderr)
+            return 2
+        results = asyncio.run(run_engines(engines, config, peers=not args.no_peers))
+    if args.no_write:
+        print(render_markdown(results))
+    else:
+        path = publish(results, args.out)
+        print(path.read_text(encoding="utf-8"))
+        print(f"written to {args.out}", file=sys.stderr)
+    failed = [s["label"] for s in results["stores"] if s.get("error")]
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

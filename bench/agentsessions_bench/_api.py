@@ -1,0 +1,132 @@
+"""Running a whole suite or one URL, and profiling one operation of our store."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ._machine import describe_machine, server_versions
+from ._ours import OurStore
+from ._report import evaluate_targets, render_markdown, write_plots, write_results
+from ._runner import Config, Log, run_suite
+from ._store import LAST_EVENTS, new_session_id
+from ._suite import ENGINES, plan_for_url, plan_suite
+
+__all__ = ["RESULTS_DIR", "profile_operation", "publish", "run_engines", "run_url"]
+
+RESULTS_DIR = Path(__file__).resolve().parents[1] / "results"
+
+
+def _collect(results: list[Any], config: Config, plan: Any, versions: dict[str, str]) -> dict[str, Any]:
+    from agentsessions import mask_url
+
+    stores = [result.summary() for result in results]
+    return {
+        "machine": describe_machine(),
+        "server_versions": versions,
+        "servers": {engine: mask_url(url) for engine, url in plan.servers.items()},
+        "config": dataclasses.asdict(config),
+        "stores": stores,
+        "targets": [t.as_dict() for t in evaluate_targets(stores, config.sizes)],
+        "skipped": plan.skipped,
+    }
+
+
+async def run_engines(
+    engines: tuple[str, ...] = ENGINES,
+    config: Config | None = None,
+    *,
+    peers: bool = True,
+    log: Log | None = None,
+) -> dict[str, Any]:
+    """Measure every available store of *engines*; the results as plain JSON data."""
+    config = config or Config()
+    async with plan_suite(engines, peers=peers) as plan:
+        for item in plan.skipped:
+            print(f"skipping {item['engine']}: {item['reason']}", file=sys.stderr)
+        versions = await server_versions(plan.servers)
+        results = await run_suite(plan.factories, config, log)
+        return _collect(results, config, plan, versions)
+
+
+async def run_url(
+    url: str, config: Config | None = None, *, peers: bool = False, log: Log | None = None
+) -> dict[str, Any]:
+    """Measure our store on *url* against the raw floor of its engine."""
+    config = config or Config()
+    async with plan_for_url(url, peers=peers) as plan:
+        results = await run_suite(plan.factories, config, log)
+        return _collect(results, config, plan, {})
+
+
+def publish(results: dict[str, Any], directory: Path = RESULTS_DIR) -> Path:
+    """Write latest.json, latest.md and one PNG per engine into *directory*."""
+    directory.mkdir(parents=True, exist_ok=True)
+    write_results(results, directory)
+    plots = write_plots(results, directory)
+    markdown = render_markdown(results, {engine: path.name for engine, path in plots.items()})
+    path = directory / "latest.md"
+    path.write_text(markdown, encoding="utf-8")
+    return path
+
+
+async def profile_operation(url: str, operation: str, size: int, count: int) -> str:
+    """Profile *count* repetitions of one operation of our store on a *size*-event session.
+
+    Uses pyinstrument when installed (a readable call tree), else cProfile's top
+    functions by cumulative time.
+    """
+    store = OurStore(url)
+    await store.open()
+    try:
+        session_id = new_session_id("prof")
+        await store.create(session_id, size)
+        await store.turn(session_id, None)
+
+        async def body() -> None:
+            for _ in range(count):
+                if operation == "append":
+                    await store.append(session_id)
+                elif operation == "turn_full":
+                    await store.turn(session_id, None)
+                elif operation == "turn_last":
+                    await store.turn(session_id, LAST_EVENTS)
+                elif operation == "read_full":
+                    await store._manager.get(session_id)
+                elif operation == "read_last":
+                    await store._manager.get(session_id, last_events=LAST_EVENTS)
+                else:
+                    raise ValueError(f"unknown operation {operation!r}")
+
+        started = time.perf_counter()
+        try:
+            from pyinstrument import Profiler
+        except ImportError:
+            import cProfile
+            import io
+            import pstats
+
+            profiler = cProfile.Profile()
+            profiler.enable()
+            await body()
+            profiler.disable()
+            out = io.StringIO()
+            pstats.Stats(profiler, stream=out).sort_stats("cumulative").print_stats(30)
+            text = out.getvalue()
+        else:
+            pyinstrument = Profiler(async_mode="enabled", interval=0.0002)
+            pyinstrument.start()
+            await body()
+            pyinstrument.stop()
+            text = pyinstrument.output_text(unicode=False, color=False, show_all=False)
+        elapsed = time.perf_counter() - started
+        header = (
+            f"{operation} x{count} on a {size:,}-event session at {store.url if hasattr(store, 'url') else url}: "
+            f"{elapsed / count * 1e3:.3f} ms each (profiled)\n"
+        )
+        return header + text
+    finally:
+        await store.close()

@@ -1,0 +1,230 @@
+"""Running the workload: rounds with a rotated store order, medians over rounds.
+
+Every store runs the same phases in a round: turn latency and append cost at each
+history size, then throughput (many sessions, concurrent turns), then contention (many
+writers, one session). Stores take turns within a round in an order rotated by one
+each round, so drift on a shared machine (a noisy neighbour, a server checkpoint)
+falls on every store alike instead of on whichever ran last.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import statistics
+import sys
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._store import LAST_EVENTS, Store, StoreUnavailable, new_session_id
+
+__all__ = ["Config", "StoreResult", "run_suite"]
+
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Config:
+    sizes: tuple[int, ...] = (0, 100, 1_000, 5_000)
+    rounds: int = 3
+    #: Timed turns (each: full-read turn, append, last-20 turn) per size per round.
+    ops: int = 10
+    throughput_sessions: int = 50
+    throughput_turns: int = 20
+    writers: int = 20
+    updates_per_writer: int = 5
+    #: A phase that takes longer than this is abandoned and the store reported failed.
+    phase_timeout: float = 600.0
+
+    @classmethod
+    def quick(cls) -> Config:
+        return cls(
+            sizes=(0, 100, 1_000, 5_000),
+            rounds=1,
+            ops=4,
+            throughput_sessions=10,
+            throughput_turns=5,
+            writers=5,
+            updates_per_writer=3,
+        )
+
+
+@dataclass
+class StoreResult:
+    label: str
+    name: str
+    engine: str
+    kind: str
+    #: metric -> size -> per-round medians (seconds)
+    latency: dict[str, dict[int, list[float]]] = field(default_factory=dict)
+    #: per-round values
+    throughput: dict[str, list[float]] = field(default_factory=dict)
+    contention: dict[str, list[float]] = field(default_factory=dict)
+    contention_ok: bool = True
+    stale_write: str | None = None
+    error: str | None = None
+
+    def add_latency(self, metric: str, size: int, samples: Sequence[float]) -> None:
+        self.latency.setdefault(metric, {}).setdefault(size, []).append(
+            statistics.median(samples)
+        )
+
+    def summary(self) -> dict[str, Any]:
+        """Medians over rounds, in milliseconds and operations per second."""
+        latency = {
+            metric: {str(size): statistics.median(values) * 1e3 for size, values in by.items()}
+            for metric, by in self.latency.items()
+        }
+        return {
+            "label": self.label,
+            "name": self.name,
+            "engine": self.engine,
+            "kind": self.kind,
+            "latency_ms": latency,
+            "throughput": {k: statistics.median(v) for k, v in self.throughput.items()},
+            "contention": {k: statistics.median(v) for k, v in self.contention.items()},
+            "contention_all_landed": self.contention_ok if self.contention else None,
+            "stale_write": self.stale_write,
+            "rounds": len(next(iter(self.throughput.values()), [])),
+            "error": self.error,
+        }
+
+
+def _percentile(samples: Sequence[float], fraction: float) -> float:
+    ordered = sorted(samples)
+    index = min(len(ordered) - 1, max(0, round(fraction * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def _sessions_per_size(size: int, ops: int) -> int:
+    # Each timed triple adds 6 events; spread the triples over enough sessions that
+    # a history grows by at most ~3% while it is measured (size 0 and 100: a fresh
+    # session per triple).
+    per_session = max(1, size // 200)
+    return max(1, -(-ops // per_session))
+
+
+async def _latency(store: Store, config: Config, result: StoreResult) -> None:
+    # Warm-up: connections, prepared statements and caches, untimed.
+    warm = new_session_id("warm")
+    await store.create(warm, 10)
+    await store.turn(warm, None)
+    await store.append(warm)
+    await store.turn(warm, LAST_EVENTS)
+    for size in config.sizes:
+        sessions = [new_session_id(f"h{size}") for _ in range(_sessions_per_size(size, config.ops))]
+        for session_id in sessions:
+            await store.create(session_id, size)
+        samples: dict[str, list[float]] = {
+            name: [] for name in ("turn_full", "read_full", "append", "turn_last", "read_last")
+        }
+        gc.collect()
+        for op in range(config.ops):
+            session_id = sessions[op % len(sessions)]
+            started = time.perf_counter()
+            read = await store.turn(session_id, None)
+            samples["turn_full"].append(time.perf_counter() - started)
+            samples["read_full"].append(read)
+            started = time.perf_counter()
+            await store.append(session_id)
+            samples["append"].append(time.perf_counter() - started)
+            started = time.perf_counter()
+            read = await store.turn(session_id, LAST_EVENTS)
+            samples["turn_last"].append(time.perf_counter() - started)
+            samples["read_last"].append(read)
+        for name, values in samples.items():
+            result.add_latency(name, size, values)
+
+
+async def _throughput(store: Store, config: Config, result: StoreResult) -> None:
+    sessions = [new_session_id("tp") for _ in range(config.throughput_sessions)]
+    for session_id in sessions:
+        await store.create(session_id, 0)
+    latencies: list[float] = []
+
+    async def agent(session_id: str) -> None:
+        for _ in range(config.throughput_turns):
+            started = time.perf_counter()
+            await store.turn(session_id, None)
+            latencies.append(time.perf_counter() - started)
+
+    gc.collect()
+    started = time.perf_counter()
+    await asyncio.gather(*(agent(session_id) for session_id in sessions))
+    elapsed = time.perf_counter() - started
+    result.throughput.setdefault("turns_per_s", []).append(len(latencies) / elapsed)
+    result.throughput.setdefault("p50_ms", []).append(statistics.median(latencies) * 1e3)
+    result.throughput.setdefault("p95_ms", []).append(_percentile(latencies, 0.95) * 1e3)
+
+
+async def _contention(store: Store, config: Config, result: StoreResult) -> None:
+    session_id = new_session_id("rmw")
+    await store.create(session_id, 0)
+    retries: list[int] = []
+
+    async def writer() -> None:
+        for _ in range(config.updates_per_writer):
+            retries.append(await store.contended_update(session_id))
+
+    gc.collect()
+    started = time.perf_counter()
+    await asyncio.gather(*(writer() for _ in range(config.writers)))
+    elapsed = time.perf_counter() - started
+    expected = 2 * config.writers * config.updates_per_writer
+    landed = await store.count(session_id)
+    result.contention_ok = result.contention_ok and landed == expected
+    result.contention.setdefault("updates_per_s", []).append(len(retries) / elapsed)
+    result.contention.setdefault("retries", []).append(float(sum(retries)))
+    result.contention.setdefault("events_expected", []).append(float(expected))
+    result.contention.setdefault("events_landed", []).append(float(landed))
+
+
+async def _one_round(store: Store, config: Config, result: StoreResult, first: bool) -> None:
+    await store.open()
+    try:
+        if first:
+            result.stale_write = await store.stale_write()
+        for phase in (_latency, _throughput, _contention):
+            await asyncio.wait_for(phase(store, config, result), config.phase_timeout)
+    finally:
+        await store.close()
+
+
+async def run_suite(
+    factories: Sequence[Callable[[], Store]],
+    config: Config,
+    log: Log | None = None,
+) -> list[StoreResult]:
+    """Run every store for ``config.rounds`` rounds; a store that fails is dropped.
+
+    A factory builds a fresh store each round (a new schema / prefix / file), so no
+    round reads what an earlier one left behind.
+    """
+    say = log or (lambda line: print(line, file=sys.stderr, flush=True))
+    probes = [factory() for factory in factories]
+    results = [StoreResult(p.label, p.name, p.engine, p.kind) for p in probes]
+    alive = list(range(len(factories)))
+    for round_no in range(config.rounds):
+        shift = round_no % max(1, len(alive))
+        order = alive[shift:] + alive[:shift]
+        say(f"round {round_no + 1}/{config.rounds}: {len(order)} stores")
+        for index in order:
+            result = results[index]
+            store = factories[index]()
+            started = time.perf_counter()
+            try:
+                await _one_round(store, config, result, first=round_no == 0)
+            except StoreUnavailable as exc:
+                result.error = f"unavailable: {exc}"
+            except Exception as exc:  # a broken store must not stop the others
+                result.error = f"{type(exc).__name__}: {exc}"
+                traceback.print_exc(file=sys.stderr)
+            if result.error:
+                alive.remove(index)
+                say(f"  {result.label}: FAILED ({result.error})")
+            else:
+                say(f"  {result.label}: {time.perf_counter() - started:.1f}s")
+    return results

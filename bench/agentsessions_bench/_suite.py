@@ -1,0 +1,238 @@
+"""Which stores to measure: every engine whose backend is installed and server reachable.
+
+Servers come from the project's ``tests/servers`` tooling (an ``AGENTSESSIONS_*_URL``
+variable, else a private server on loopback). Everything a run writes is isolated: a
+fresh PostgreSQL database and MongoDB database per run (dropped at the end), random
+Redis key prefixes and namespaces, SQLite files in a temporary directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import sys
+import tempfile
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+from ._floors import floor_for
+from ._ours import OurStore, engine_of_url
+from ._peers import (
+    AdkDatabaseStore,
+    AdkInMemoryStore,
+    SdkMongoStore,
+    SdkRedisStore,
+    SdkSqlAlchemyStore,
+    SdkSqliteStore,
+)
+from ._store import Store
+
+__all__ = ["ENGINES", "Plan", "plan_for_url", "plan_suite"]
+
+ENGINES = ("memory", "sqlite", "postgres", "redis", "redis-cluster", "mongo")
+_SCHEMES = {
+    "memory": "memory",
+    "sqlite": "sqlite",
+    "postgres": "postgresql",
+    "redis": "redis",
+    "redis-cluster": "redis+cluster",
+    "mongo": "mongodb",
+}
+_SERVER_KIND = {
+    "postgres": "postgres",
+    "redis": "redis",
+    "redis-cluster": "redis-cluster",
+    "mongo": "mongo",
+}
+
+Factory = Callable[[], Store]
+
+
+@dataclass
+class Plan:
+    """The stores of one run, and what was left out and why."""
+
+    factories: list[Factory] = field(default_factory=list)
+    skipped: list[dict[str, str]] = field(default_factory=list)
+    servers: dict[str, str] = field(default_factory=dict)
+
+
+def _backend_ready(engine: str) -> str | None:
+    """Why our backend for *engine* cannot be used, or None if it can."""
+    from agentsessions import installed_backends
+
+    try:
+        backends = installed_backends()
+    except Exception as exc:
+        return f"backend discovery failed: {exc}"
+    if _SCHEMES[engine] not in backends:
+        return f"no installed backend serves {_SCHEMES[engine]}:// (not written yet?)"
+    return None
+
+
+def _find_server(kind: str) -> str:
+    tests = Path(__file__).resolve().parents[2] / "tests"
+    if tests.is_dir() and str(tests) not in sys.path:
+        sys.path.insert(0, str(tests))
+    import servers
+
+    url: str = servers.find(kind)
+    return url
+
+
+def _with_database(url: str, database: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc, "/" + database, parts.query, parts.fragment))
+
+
+async def _create_pg_database(url: str, name: str) -> None:
+    import asyncpg
+
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await conn.close()
+
+
+async def _drop_pg_database(url: str, name: str) -> None:
+    import asyncpg
+
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await conn.close()
+
+
+async def _drop_mongo_database(url: str, name: str) -> None:
+    from pymongo import AsyncMongoClient
+
+    client: AsyncMongoClient[dict[str, object]] = AsyncMongoClient(
+        url, serverSelectionTimeoutMS=5000
+    )
+    try:
+        await client.drop_database(name)
+    finally:
+        await client.close()
+
+
+@contextlib.asynccontextmanager
+async def plan_suite(
+    engines: tuple[str, ...] = ENGINES, *, peers: bool = True
+) -> AsyncIterator[Plan]:
+    """Plan a run over *engines*; on exit, remove every file and database it made."""
+    plan = Plan()
+    workdir = Path(tempfile.mkdtemp(prefix="agentsessions-bench-"))
+    cleanups: list[Callable[[], object]] = []
+    run_id = uuid.uuid4().hex[:10]
+
+    def sqlite_file(tag: str) -> str:
+        return str(workdir / f"{tag}-{uuid.uuid4().hex[:8]}.db")
+
+    try:
+        for engine in engines:
+            problem = _backend_ready(engine)
+            where = ""
+            if engine in _SERVER_KIND:
+                try:
+                    where = _find_server(_SERVER_KIND[engine])
+                except Exception as exc:
+                    plan.skipped.append({"engine": engine, "reason": f"no server: {exc}"})
+                    continue
+                plan.servers[engine] = where
+            if engine == "postgres":
+                database = f"agentsessions_bench_{run_id}"
+                try:
+                    await _create_pg_database(where, database)
+                except Exception as exc:
+                    plan.skipped.append({"engine": engine, "reason": f"PostgreSQL: {exc}"})
+                    continue
+                admin = where
+                cleanups.append(lambda admin=admin, db=database: _drop_pg_database(admin, db))
+                where = _with_database(where, database)
+            if engine == "mongo":
+                database = f"agentsessions_bench_{run_id}"
+                admin = where
+                cleanups.append(lambda admin=admin, db=database: _drop_mongo_database(admin, db))
+                where = _with_database(where, database)
+            _add_engine(plan, engine, where, problem, sqlite_file, peers)
+        yield plan
+    finally:
+        for cleanup in reversed(cleanups):
+            try:
+                result = cleanup()
+                if hasattr(result, "__await__"):
+                    await result  # type: ignore[misc]
+            except Exception as exc:
+                print(f"cleanup failed: {exc}", file=sys.stderr)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _add_engine(
+    plan: Plan,
+    engine: str,
+    where: str,
+    problem: str | None,
+    sqlite_file: Callable[[str], str],
+    peers: bool,
+) -> None:
+    factories = plan.factories
+    if problem is None:
+        if engine == "memory":
+            factories.append(lambda: OurStore("memory://"))
+        elif engine == "sqlite":
+            factories.append(lambda: OurStore("sqlite:///" + sqlite_file("ours")))
+        else:
+            factories.append(lambda: OurStore(where))
+    else:
+        plan.skipped.append({"engine": engine, "store": "agentsessions", "reason": problem})
+    if engine == "sqlite":
+        factories.append(lambda: floor_for("sqlite", sqlite_file("floor")))
+    else:
+        factories.append(lambda: floor_for(engine, where))
+    if not peers:
+        return
+    if engine == "memory":
+        factories.append(AdkInMemoryStore)
+    elif engine == "sqlite":
+        factories.append(lambda: SdkSqliteStore(sqlite_file("sdk")))
+        factories.append(lambda: SdkSqlAlchemyStore("sqlite", sqlite_file("sdk-sa")))
+        factories.append(lambda: AdkDatabaseStore("sqlite", sqlite_file("adk")))
+    elif engine == "postgres":
+        factories.append(lambda: SdkSqlAlchemyStore("postgres", where))
+        factories.append(lambda: AdkDatabaseStore("postgres", where))
+    elif engine == "redis":
+        factories.append(lambda: SdkRedisStore(where))
+    elif engine == "mongo":
+        factories.append(lambda: SdkMongoStore(where))
+
+
+@contextlib.asynccontextmanager
+async def plan_for_url(url: str, *, peers: bool = False) -> AsyncIterator[Plan]:
+    """A run of our store on *url* against its engine's floor (and peers if asked)."""
+    engine = engine_of_url(url)
+    plan = Plan()
+    workdir = Path(tempfile.mkdtemp(prefix="agentsessions-bench-"))
+
+    def sqlite_file(tag: str) -> str:
+        return str(workdir / f"{tag}-{uuid.uuid4().hex[:8]}.db")
+
+    try:
+        plan.factories.append(lambda: OurStore(url))
+        if engine in _SCHEMES:
+            if engine == "sqlite":
+                plan.factories.append(lambda: floor_for("sqlite", sqlite_file("floor")))
+            else:
+                plan.factories.append(lambda: floor_for(engine, url))
+            if peers:
+                scratch = Plan()
+                _add_engine(scratch, engine, url, "", sqlite_file, True)
+                plan.factories.extend(scratch.factories[1:])  # past the floor
+        yield plan
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+

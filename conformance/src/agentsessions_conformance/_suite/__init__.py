@@ -1,0 +1,47 @@
+"""The clause tests, one focused mixin per area of the contract, and the class combining them.
+
+This package is imported only when a test module subclasses `SessionManagerTests`
+(or in ``--session-url`` mode), and the plugin registers it for pytest's assertion
+rewriting first, so failed clauses show the compared values.
+"""
+
+from __future__ import annotations
+
+from ._base import SuiteBase
+from ._tests_concurrency import ConcurrencyTests
+from ._tests_create import CreateTests
+from ._tests_delete import DeleteTests
+from ._tests_fidelity import FidelityTests
+from ._tests_get import GetTests
+from ._tests_input import InputTests
+from ._tests_isolation import IsolationTests
+from ._tests_lifecycle import LifecycleTests
+from ._tests_listing import ListingTests
+from ._tests_save import SaveTests
+from ._tests_ttl import TtlTests
+from ._tests_update import UpdateTests
+
+__all__ = ["SessionManagerTests"]
+
+
+class SessionManagerTests(
+    CreateTests,
+    GetTests,
+    SaveTests,
+    UpdateTests,
+    DeleteTests,
+    ListingTests,
+    ConcurrencyTests,
+    IsolationTests,
+    TtlTests,
+    FidelityTests,
+    InputTests,
+    LifecycleTests,
+    SuiteBase,
+):
+    """Every clause of the SessionManager contract, run against the ``manager`` fixture.
+
+    Subclass it in a test module (name the subclass ``Test...``) and provide one async
+    fixture ``manager`` that yields an opened `SessionManager` and closes it after.
+    Optional: ``known_divergences`` and the storage hook ``raw_event_positions``.
+    """

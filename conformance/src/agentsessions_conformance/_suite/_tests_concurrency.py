@@ -1,0 +1,107 @@
+"""Races: of N concurrent writers at one version exactly one lands; the rest are told so."""
+
+from __future__ import annotations
+
+import asyncio
+
+from agentsessions import (
+    Session,
+    SessionConflictError,
+    SessionExistsError,
+    SessionManager,
+)
+
+from ._base import SuiteBase
+
+CONTENDERS = 20
+
+
+class ConcurrencyTests(SuiteBase):
+    async def _race_creates(self, managers: list[SessionManager]) -> None:
+        session_id = self.new_id()
+        results = await asyncio.gather(
+            *(
+                managers[i % len(managers)].create(session_id, state={"writer": i})
+                for i in range(CONTENDERS)
+            ),
+            return_exceptions=True,
+        )
+        winners = [r for r in results if isinstance(r, Session)]
+        losers = [r for r in results if isinstance(r, SessionExistsError)]
+        unexpected = [r for r in results if not isinstance(r, Session | SessionExistsError)]
+        assert not unexpected, f"unexpected outcomes: {unexpected[:3]!r}"
+        assert len(winners) == 1, f"{len(winners)} of {CONTENDERS} concurrent creates succeeded"
+        assert len(losers) == CONTENDERS - 1
+        stored = await self.readback(managers[0], session_id)
+        assert stored is not None
+        assert stored.state == winners[0].state, "the stored session is not the winner's"
+        assert stored.version == 1
+
+    async def _race_saves(self, managers: list[SessionManager]) -> None:
+        base = await self.session_with_events(managers[0], 2)
+        copies = []
+        for i in range(CONTENDERS):
+            copy = await managers[i % len(managers)].get(base.session_id)
+            assert copy is not None
+            copy.add_event("user", f"writer {i}")
+            copy.state["writer"] = i
+            copies.append(copy)
+        results = await asyncio.gather(
+            *(managers[i % len(managers)].save(copy) for i, copy in enumerate(copies)),
+            return_exceptions=True,
+        )
+        landed = [i for i, r in enumerate(results) if r is None]
+        conflicts = [r for r in results if isinstance(r, SessionConflictError)]
+        unexpected = [r for r in results if r is not None and not isinstance(r, SessionConflictError)]
+        assert not unexpected, f"unexpected outcomes: {unexpected[:3]!r}"
+        assert len(landed) == 1, f"{len(landed)} of {CONTENDERS} concurrent saves landed"
+        assert len(conflicts) == CONTENDERS - 1
+        winner = copies[landed[0]]
+        stored = await self.readback(managers[0], base.session_id)
+        assert stored is not None
+        assert [e.id for e in stored.events] == [e.id for e in winner.events], (
+            "stored events are not exactly the winner's"
+        )
+        assert stored.state == {"writer": landed[0]}
+        assert stored.version == base.version + 1
+        await self.check_positions(managers[0], base.session_id, 3)
+
+    async def test_concurrent_creates_exactly_one_wins(self, manager: SessionManager) -> None:
+        """Of 20 concurrent creates of one id exactly one succeeds; the others raise SessionExistsError."""
+        await self._race_creates([manager])
+
+    async def test_concurrent_saves_exactly_one_lands(self, manager: SessionManager) -> None:
+        """Of 20 copies loaded at one version and saved concurrently exactly one lands, 19 conflict."""
+        await self._race_saves([manager])
+
+    async def test_concurrent_creates_across_managers(self, manager: SessionManager) -> None:
+        """Concurrent creates from two managers on one store: exactly one succeeds."""
+        self.require(manager, "shared")
+        await self._race_creates([manager, await self.variant(manager)])
+
+    async def test_concurrent_saves_across_managers(self, manager: SessionManager) -> None:
+        """Concurrent stale saves from two managers on one store: exactly one lands."""
+        self.require(manager, "shared")
+        await self._race_saves([manager, await self.variant(manager)])
+
+    async def test_concurrent_updates_across_managers(self, manager: SessionManager) -> None:
+        """update() from two managers on one store, 20 at once: every appended event lands once."""
+        self.require(manager, "shared")
+        other = await self.variant(manager)
+        session_id = self.new_id()
+        await manager.create(session_id)
+        managers = [manager, other]
+
+        async def append(i: int) -> None:
+            def add(session: Session) -> None:
+                session.add_event("worker", f"w{i}")
+
+            await managers[i % 2].update(session_id, add)
+
+        await asyncio.gather(*(append(i) for i in range(CONTENDERS)))
+        stored = await self.readback(manager, session_id)
+        assert stored is not None
+        assert sorted(e.content for e in stored.events) == sorted(
+            f"w{i}" for i in range(CONTENDERS)
+        )
+        assert len({e.id for e in stored.events}) == CONTENDERS

@@ -1,0 +1,61 @@
+"""delete() and delete_user(): remove exactly what was asked, and say whether it existed."""
+
+from __future__ import annotations
+
+import pytest
+from agentsessions import SessionManager, SessionOwnershipError
+
+from ._base import SuiteBase, snapshot
+
+
+class DeleteTests(SuiteBase):
+    async def test_delete_returns_true_then_false(self, manager: SessionManager) -> None:
+        """delete() returns True when it removed a session, then False."""
+        session = await self.session_with_events(manager, 2)
+        assert await manager.delete(session.session_id) is True
+        assert await manager.delete(session.session_id) is False
+        assert await manager.delete(self.new_id()) is False
+        assert await self.readback(manager, session.session_id) is None
+
+    async def test_delete_removes_events(self, manager: SessionManager) -> None:
+        """A session created again after delete() starts empty: no events or state survive."""
+        session = await self.session_with_events(manager, 3)
+        session.state["old"] = True
+        await manager.save(session)
+        await manager.delete(session.session_id)
+        again = await manager.create(session.session_id)
+        assert again.version == 1
+        stored = await self.readback(manager, session.session_id)
+        assert stored is not None
+        assert stored.events == [] and stored.state == {}
+        await self.check_positions(manager, session.session_id, 0)
+
+    async def test_delete_with_other_user_raises_ownership(self, manager: SessionManager) -> None:
+        """delete(user_id=...) of another user's session raises SessionOwnershipError and deletes nothing."""
+        owner = self.new_user()
+        session = await self.session_with_events(manager, 1, user_id=owner)
+        before = snapshot(await self.readback(manager, session.session_id))
+        with pytest.raises(SessionOwnershipError):
+            await manager.delete(session.session_id, user_id=self.new_user())
+        assert snapshot(await self.readback(manager, session.session_id)) == before
+        assert await manager.delete(session.session_id, user_id=owner) is True
+
+    async def test_delete_user_removes_exactly_that_users_sessions(
+        self, manager: SessionManager
+    ) -> None:
+        """delete_user() removes every session of that user, returns the count, and nothing else."""
+        doomed_user, other_user = self.new_user(), self.new_user()
+        doomed = [self.new_id() for _ in range(3)]
+        for session_id in doomed:
+            await manager.create(session_id, doomed_user)
+        kept = await self.session_with_events(manager, 2, user_id=other_user)
+        anonymous = await self.session_with_events(manager, 1)
+        expected = [snapshot(await self.readback(manager, s.session_id)) for s in (kept, anonymous)]
+        assert await manager.delete_user(doomed_user) == 3
+        for session_id in doomed:
+            assert await self.readback(manager, session_id) is None
+        assert [
+            snapshot(await self.readback(manager, s.session_id)) for s in (kept, anonymous)
+        ] == expected
+        assert await manager.delete_user(doomed_user) == 0
+        assert (await manager.list_sessions(user_id=doomed_user)).items == []

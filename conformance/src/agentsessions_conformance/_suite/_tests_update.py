@@ -1,0 +1,126 @@
+"""update() and the session() context manager: read-modify-write without lost updates."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from agentsessions import Session, SessionManager, SessionNotFoundError, SessionOwnershipError
+
+from ._base import SuiteBase, snapshot
+
+
+class _Boom(Exception):
+    pass
+
+
+class UpdateTests(SuiteBase):
+    async def test_update_concurrent_appends_all_land(self, manager: SessionManager) -> None:
+        """20 concurrent update() calls appending one event each: all 20 land, none twice."""
+        session_id = self.new_id()
+        await manager.create(session_id)
+        appended: list[str] = []
+
+        async def append(i: int) -> None:
+            def add(session: Session) -> None:
+                session.add_event("worker", f"w{i}")
+
+            done = await manager.update(session_id, add)
+            appended.append(done.events[-1].id)
+
+        await asyncio.gather(*(append(i) for i in range(20)))
+        stored = await self.readback(manager, session_id)
+        assert stored is not None
+        assert sorted(e.content for e in stored.events) == sorted(f"w{i}" for i in range(20))
+        assert len({e.id for e in stored.events}) == 20
+        assert sorted(appended) == sorted(e.id for e in stored.events)
+        assert stored.version == 21
+        await self.check_positions(manager, session_id, 20)
+
+    async def test_update_accepts_sync_and_async_fn(self, manager: SessionManager) -> None:
+        """update() applies a sync or an async function and saves the result."""
+        session_id = self.new_id()
+        await manager.create(session_id)
+
+        def sync_fn(session: Session) -> None:
+            session.state["sync"] = True
+
+        async def async_fn(session: Session) -> None:
+            await asyncio.sleep(0)
+            session.state["async"] = True
+            session.add_event("tool", "async")
+
+        first = await manager.update(session_id, sync_fn)
+        second = await manager.update(session_id, async_fn)
+        assert first.state == {"sync": True}
+        assert second.version == 3
+        stored = await self.readback(manager, session_id)
+        assert stored is not None
+        assert stored.state == {"sync": True, "async": True}
+        assert [e.content for e in stored.events] == ["async"]
+
+    async def test_update_absent_raises_not_found(self, manager: SessionManager) -> None:
+        """update() of an absent session raises SessionNotFoundError and creates nothing."""
+        session_id = self.new_id()
+        calls: list[Session] = []
+        with pytest.raises(SessionNotFoundError):
+            await manager.update(session_id, calls.append)
+        assert calls == []
+        assert await self.readback(manager, session_id) is None
+
+    async def test_update_create_true_creates(self, manager: SessionManager) -> None:
+        """update(create=True) of an absent session creates it, for the given user, and saves fn's change."""
+        session_id, user = self.new_id(), self.new_user()
+
+        def add(session: Session) -> None:
+            session.add_event("user", "first")
+
+        result = await manager.update(session_id, add, user_id=user, create=True)
+        assert result.version == 2
+        stored = await self.readback(manager, session_id)
+        assert stored is not None
+        assert stored.user_id == user
+        assert [e.content for e in stored.events] == ["first"]
+
+    async def test_update_enforces_ownership(self, manager: SessionManager) -> None:
+        """update(user_id=...) of another user's session raises SessionOwnershipError, writes nothing."""
+        session_id, owner = self.new_id(), self.new_user()
+        await manager.create(session_id, owner)
+        before = snapshot(await self.readback(manager, session_id))
+
+        def add(session: Session) -> None:
+            session.add_event("intruder", "x")
+
+        with pytest.raises(SessionOwnershipError):
+            await manager.update(session_id, add, user_id=self.new_user())
+        with pytest.raises(SessionOwnershipError):
+            await manager.update(session_id, add, user_id=self.new_user(), create=True)
+        assert snapshot(await self.readback(manager, session_id)) == before
+
+    async def test_session_context_saves_on_exit(self, manager: SessionManager) -> None:
+        """``async with manager.session(id)`` gets or creates, and saves on normal exit."""
+        session_id, user = self.new_id(), self.new_user()
+        async with manager.session(session_id, user_id=user) as session:
+            session.add_event("user", "one")
+            session.state["n"] = 1
+        async with manager.session(session_id, user_id=user) as session:
+            assert [e.content for e in session.events] == ["one"]
+            session.add_event("user", "two")
+        stored = await self.readback(manager, session_id)
+        assert stored is not None
+        assert stored.user_id == user
+        assert stored.state == {"n": 1}
+        assert [e.content for e in stored.events] == ["one", "two"]
+
+    async def test_session_context_saves_nothing_on_exception(
+        self, manager: SessionManager
+    ) -> None:
+        """An exception inside ``async with manager.session(id)`` saves nothing."""
+        session = await self.session_with_events(manager, 1)
+        before = snapshot(await self.readback(manager, session.session_id))
+        with pytest.raises(_Boom):
+            async with manager.session(session.session_id) as inside:
+                inside.add_event("user", "lost")
+                inside.state["lost"] = True
+                raise _Boom
+        assert snapshot(await self.readback(manager, session.session_id)) == before

@@ -1,0 +1,18 @@
+"""The kit runs green on the reference backend."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest_asyncio
+from agentsessions import MemorySessionManager, SessionManager
+from agentsessions_conformance import SessionManagerTests
+
+
+class TestMemoryConformance(SessionManagerTests):
+    @pytest_asyncio.fixture
+    async def manager(self) -> AsyncIterator[SessionManager]:
+        # A named store, so the kit's second and fresh managers see the same data.
+        async with MemorySessionManager(f"memory://kit-{uuid.uuid4().hex}") as manager:
+            yield manager
