@@ -22,9 +22,7 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true", help="one short round (a smoke run)")
     parser.add_argument("--rounds", type=int, help="rounds (default 3; --quick: 1)")
     parser.add_argument("--ops", type=int, help="timed turns per history size per round")
-    parser.add_argument(
-        "--sizes", help="comma-separated history sizes (default 0,100,1000,5000)"
-    )
+    parser.add_argument("--sizes", help="comma-separated history sizes (default 0,100,1000,5000)")
 
 
 def config_from_args(args: argparse.Namespace) -> Config:

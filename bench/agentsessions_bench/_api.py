@@ -20,7 +20,9 @@ __all__ = ["RESULTS_DIR", "profile_operation", "publish", "run_engines", "run_ur
 RESULTS_DIR = Path(__file__).resolve().parents[1] / "results"
 
 
-def _collect(results: list[Any], config: Config, plan: Any, versions: dict[str, str]) -> dict[str, Any]:
+def _collect(
+    results: list[Any], config: Config, plan: Any, versions: dict[str, str]
+) -> dict[str, Any]:
     from agentsessions import mask_url
 
     stores = [result.summary() for result in results]
@@ -79,6 +81,8 @@ async def profile_operation(url: str, operation: str, size: int, count: int) -> 
     Uses pyinstrument when installed (a readable call tree), else cProfile's top
     functions by cumulative time.
     """
+    from agentsessions import mask_url
+
     store = OurStore(url)
     await store.open()
     try:
@@ -124,7 +128,7 @@ async def profile_operation(url: str, operation: str, size: int, count: int) -> 
             text = pyinstrument.output_text(unicode=False, color=False, show_all=False)
         elapsed = time.perf_counter() - started
         header = (
-            f"{operation} x{count} on a {size:,}-event session at {store.url if hasattr(store, 'url') else url}: "
+            f"{operation} x{count} on a {size:,}-event session at {mask_url(store.url)}: "
             f"{elapsed / count * 1e3:.3f} ms each (profiled)\n"
         )
         return header + text

@@ -248,9 +248,7 @@ class PostgresFloor(_Floor):
 
     async def create(self, session_id: str, history: int) -> None:
         async with self._pool.acquire() as conn, conn.transaction():
-            await conn.execute(
-                "INSERT INTO floor_sessions VALUES ($1, 0, $2)", session_id, _now()
-            )
+            await conn.execute("INSERT INTO floor_sessions VALUES ($1, 0, $2)", session_id, _now())
             for start in range(0, history, BULK_BATCH):
                 texts = _history_texts(min(BULK_BATCH, history - start), start)
                 await conn.execute(_PG_APPEND, session_id, texts, _now())
@@ -392,9 +390,7 @@ class MongoFloor(_Floor):
         await self._client.close()
 
     async def create(self, session_id: str, history: int) -> None:
-        await self._collection.insert_one(
-            {"_id": session_id, "events": [], "updated_at": _now()}
-        )
+        await self._collection.insert_one({"_id": session_id, "events": [], "updated_at": _now()})
         for start in range(0, history, BULK_BATCH):
             batch = [
                 event_dict("user" if i % 2 == 0 else "assistant", i)

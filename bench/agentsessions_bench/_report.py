@@ -65,7 +65,9 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b
 
 
-def _check(value: float | None, *, at_most: float | None = None, at_least: float | None = None) -> bool | None:
+def _check(
+    value: float | None, *, at_most: float | None = None, at_least: float | None = None
+) -> bool | None:
     if value is None:
         return None
     if at_most is not None:
@@ -81,11 +83,17 @@ def evaluate_targets(stores: Sequence[dict[str, Any]], sizes: Sequence[int]) -> 
     for ours in (s for s in stores if s["kind"] == "ours" and not s.get("error")):
         engine, label = ours["engine"], ours["label"]
         floor = next(
-            (s for s in stores if s["engine"] == engine and s["kind"] == "floor" and not s.get("error")),
+            (
+                s
+                for s in stores
+                if s["engine"] == engine and s["kind"] == "floor" and not s.get("error")
+            ),
             None,
         )
 
-        def add(goal: str, value: float | None, limit: str, met: bool | None, note: str = "") -> None:
+        def add(
+            goal: str, value: float | None, limit: str, met: bool | None, note: str = ""
+        ) -> None:
             targets.append(Target(engine, label, goal, value, limit, met, note))  # noqa: B023
 
         if floor is not None:
@@ -98,8 +106,17 @@ def evaluate_targets(stores: Sequence[dict[str, Any]], sizes: Sequence[int]) -> 
         value = _ratio(_lat(ours, "append", large), _lat(ours, "append", small))
         add(f"append at {large:,} vs at {small}", value, "<= 1.30x", _check(value, at_most=1.3))
         value = _ratio(_lat(ours, "read_last", large), _lat(ours, "read_last", small))
-        add(f"last-20 read at {large:,} vs at {small}", value, "<= 1.30x", _check(value, at_most=1.3))
-        for peer in (s for s in stores if s["engine"] == engine and s["kind"] == "peer" and not s.get("error")):
+        add(
+            f"last-20 read at {large:,} vs at {small}",
+            value,
+            "<= 1.30x",
+            _check(value, at_most=1.3),
+        )
+        for peer in (
+            s
+            for s in stores
+            if s["engine"] == engine and s["kind"] == "peer" and not s.get("error")
+        ):
             # Ahead means: more turns per second, and a faster turn (either read) at
             # every history size. The value is the worst of those ratios (ours / peer,
             # inverted for throughput so that < 1 always means we are ahead).

@@ -68,9 +68,7 @@ class StoreResult:
     error: str | None = None
 
     def add_latency(self, metric: str, size: int, samples: Sequence[float]) -> None:
-        self.latency.setdefault(metric, {}).setdefault(size, []).append(
-            statistics.median(samples)
-        )
+        self.latency.setdefault(metric, {}).setdefault(size, []).append(statistics.median(samples))
 
     def summary(self) -> dict[str, Any]:
         """Medians over rounds, in milliseconds and operations per second."""

@@ -77,7 +77,7 @@ class Store(abc.ABC):
     def label(self) -> str:
         return f"{self.name} [{self.engine}]"
 
-    async def open(self) -> None:
+    async def open(self) -> None:  # noqa: B027 - most stores need no setup
         """Connect and create whatever the run needs (schemas, prefixes)."""
 
     @abc.abstractmethod

@@ -186,6 +186,10 @@ def _add_engine(
             factories.append(lambda: OurStore("memory://"))
         elif engine == "sqlite":
             factories.append(lambda: OurStore("sqlite:///" + sqlite_file("ours")))
+        elif engine == "postgres":
+            # The same pool as the floor (asyncpg's default 10, opened up front), so
+            # throughput compares the code, not how many connections each may open.
+            factories.append(lambda: OurStore(where, min_pool_size=10, max_pool_size=10))
         else:
             factories.append(lambda: OurStore(where))
     else:
@@ -211,6 +215,17 @@ def _add_engine(
         factories.append(lambda: SdkMongoStore(where))
 
 
+def _driver_url(url: str) -> str:
+    """*url* without our options (``?namespace=..``), which a raw driver would reject."""
+    from agentsessions import connect
+
+    try:
+        base: str = connect(url)._url
+    except Exception:
+        return url.partition("?")[0]
+    return base
+
+
 @contextlib.asynccontextmanager
 async def plan_for_url(url: str, *, peers: bool = False) -> AsyncIterator[Plan]:
     """A run of our store on *url* against its engine's floor (and peers if asked)."""
@@ -227,7 +242,7 @@ async def plan_for_url(url: str, *, peers: bool = False) -> AsyncIterator[Plan]:
             if engine == "sqlite":
                 plan.factories.append(lambda: floor_for("sqlite", sqlite_file("floor")))
             else:
-                plan.factories.append(lambda: floor_for(engine, url))
+                plan.factories.append(lambda: floor_for(engine, _driver_url(url)))
             if peers:
                 scratch = Plan()
                 _add_engine(scratch, engine, url, "", sqlite_file, True)
@@ -235,4 +250,3 @@ async def plan_for_url(url: str, *, peers: bool = False) -> AsyncIterator[Plan]:
         yield plan
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-

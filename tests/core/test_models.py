@@ -6,7 +6,7 @@ import datetime as dt
 
 import pydantic
 import pytest
-from agentsessions import Event, Session
+from agentsessions import Event, MemorySessionManager, Session
 
 
 def test_event_defaults() -> None:
@@ -24,13 +24,21 @@ def test_events_are_immutable() -> None:
     assert event.model_copy(update={"content": "changed"}).content == "changed"
 
 
-def test_naive_timestamps_are_rejected_and_offsets_become_utc() -> None:
+async def test_naive_timestamps_are_rejected_and_offsets_are_stored_as_utc() -> None:
     with pytest.raises(pydantic.ValidationError, match="timezone"):
         Event(author="user", timestamp=dt.datetime(2026, 1, 1, 12))
     paris = dt.timezone(dt.timedelta(hours=1))
     event = Event(author="user", timestamp=dt.datetime(2026, 1, 1, 12, tzinfo=paris))
-    assert event.timestamp == dt.datetime(2026, 1, 1, 11, tzinfo=dt.timezone.utc)
-    assert event.timestamp.utcoffset() == dt.timedelta(0)
+    assert '"2026-01-01T11:00:00Z"' in event.model_dump_json()
+    manager = MemorySessionManager()
+    session = await manager.create("s")
+    session.events.append(event)
+    await manager.save(session)
+    stored = await manager.get("s")
+    assert stored is not None
+    (back,) = stored.events
+    assert back.timestamp == dt.datetime(2026, 1, 1, 11, tzinfo=dt.timezone.utc)
+    assert back.timestamp.utcoffset() == dt.timedelta(0)
 
 
 def test_event_rejects_unknown_fields_and_empty_author() -> None:

@@ -7,7 +7,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-
 from agentsessions import SessionManager, connect
 
 

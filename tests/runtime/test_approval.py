@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from agentsessions import SessionConflictError, SessionManager
 from agentsessions.runtime import (
     PENDING_CALLS_KEY,
@@ -184,7 +183,7 @@ async def test_tools_without_approval_run_at_once_sync_or_async() -> None:
         "tool_call",
         "tool_result",
     ]
-    with pytest.raises(UnknownToolError, match="'nope'.*known: add, shout"):
+    with pytest.raises(UnknownToolError, match=r"'nope'.*known: add, shout"):
         await context.call_tool("nope")
 
 
@@ -214,14 +213,16 @@ async def test_two_runs_resolving_one_call_run_the_tool_once(
     call_id = (await first.run("bob 5", session_id="race")).reply
     assert call_id is not None
     approval = Approval(call_id=call_id, approved=True)
-    async with run_context(first_manager, session_id="race", tools=first.tools) as one:
-        async with run_context(second_manager, session_id="race", tools=second.tools) as two:
-            await one.resolve(approval)
-            with pytest.raises(SessionConflictError, match="approved or denied by a concurrent"):
-                await two.resolve(approval)
-            # The losing run may go on; its claim is undone and the rest still saves.
-            assert two.pending_calls == [one.outcomes[0].call]
-            two.add_event("agent", "someone else handled it")
+    async with (
+        run_context(first_manager, session_id="race", tools=first.tools) as one,
+        run_context(second_manager, session_id="race", tools=second.tools) as two,
+    ):
+        await one.resolve(approval)
+        with pytest.raises(SessionConflictError, match="approved or denied by a concurrent"):
+            await two.resolve(approval)
+        # The losing run may go on; its claim is undone and the rest still saves.
+        assert two.pending_calls == [one.outcomes[0].call]
+        two.add_event("agent", "someone else handled it")
     assert first.done + second.done == [("bob", 5)]
     stored = await first_manager.get("race")
     assert stored is not None
@@ -234,7 +235,7 @@ async def test_two_runs_resolving_one_call_run_the_tool_once(
     ]
 
 
-async def test_pending_approval_survives_a_process_restart(sqlite_url: str, tmp_path: Path) -> None:
+def test_pending_approval_survives_a_process_restart(sqlite_url: str, tmp_path: Path) -> None:
     session_id = f"restart-{uuid.uuid4().hex}"
     outbox = tmp_path / "outbox.txt"
 

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from pydantic import BaseModel
-
 from agentsessions import (
     InvalidInputError,
     MemorySessionManager,
@@ -12,6 +10,7 @@ from agentsessions import (
     SessionOwnershipError,
 )
 from agentsessions.runtime import Agent, ExecutionContext, RunResult, run_context
+from pydantic import BaseModel
 
 
 class Preferences(BaseModel):
@@ -99,10 +98,14 @@ async def test_run_context_saves_nothing_when_the_block_raises(
     memory_manager: SessionManager,
 ) -> None:
     await memory_manager.create("chat")
-    with pytest.raises(RuntimeError, match="boom"):
+
+    async def failing_run() -> None:
         async with run_context(memory_manager, session_id="chat") as context:
             context.add_event("user", "lost")
             raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        await failing_run()
     stored = await memory_manager.get("chat")
     assert stored is not None and stored.events == [] and stored.version == 1
 

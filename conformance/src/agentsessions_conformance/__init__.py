@@ -15,6 +15,17 @@ from typing import TYPE_CHECKING, Any
 
 from ._state import BackendInfo, ClauseResult
 
+# ``-p agentsessions_conformance`` registers this package itself as the plugin (and the
+# pytest11 entry point, registered under the same name, then steps aside), so the
+# hooks must be visible here as well as in `plugin`.
+from .plugin import pytest_addoption as pytest_addoption
+from .plugin import pytest_collection_finish as pytest_collection_finish
+from .plugin import pytest_collection_modifyitems as pytest_collection_modifyitems
+from .plugin import pytest_configure as pytest_configure
+from .plugin import pytest_report_header as pytest_report_header
+from .plugin import pytest_sessionfinish as pytest_sessionfinish
+from .plugin import pytest_terminal_summary as pytest_terminal_summary
+
 if TYPE_CHECKING:
     from ._runner import ConformanceRun, run
     from ._suite import SessionManagerTests

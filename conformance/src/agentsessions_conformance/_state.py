@@ -56,7 +56,7 @@ class ClauseResult:
     nodeid: str = ""
 
 
-@dataclass
+@dataclass(eq=False)  # registered as a pytest plugin object, which must be hashable
 class Recorder:
     """Collects backends and outcomes of every `SessionManagerTests` subclass in the run."""
 

@@ -122,9 +122,7 @@ class ExecutionContext:
         if session is not None and manager is None:
             raise InvalidInputError("a context with a session needs the manager that stores it")
         if on_conflict not in ("merge", "raise"):
-            raise InvalidInputError(
-                f"on_conflict must be 'merge' or 'raise', not {on_conflict!r}"
-            )
+            raise InvalidInputError(f"on_conflict must be 'merge' or 'raise', not {on_conflict!r}")
         self._session = session
         self._manager = manager
         self._user_id = user_id if session is None else session.user_id or user_id
@@ -253,9 +251,7 @@ class ExecutionContext:
         )
         if tool.requires_approval:
             self._set_pending([*self.pending_calls, call])
-            self.add_event(
-                self.author, reason or None, kind="approval_requested", call_id=call.id
-            )
+            self.add_event(self.author, reason or None, kind="approval_requested", call_id=call.id)
             outcome = ToolOutcome(call, "pending")
         else:
             outcome = await self._execute(tool, call)

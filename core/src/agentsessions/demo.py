@@ -279,7 +279,7 @@ def recall(events: Iterable[Event]) -> Memory:
 
 def second_person(text: str) -> str:
     """*text* as the agent says it back: "my cat" becomes "your cat"."""
-    words = re.split(r"(\W+)", text)
+    words = re.split(r"(\w+(?:'\w+)?)", text)  # "I'm" is one word
     out = []
     for word in words:
         swapped = _PERSPECTIVE.get(word.lower())
@@ -331,8 +331,9 @@ class DemoAgent(Agent):
         text = _normalise(message or "")
         if not text:
             if context.outcomes:  # a run that only carried an Approval
-                reply = " ".join(_describe(outcome.call, outcome.status) for outcome in
-                                 context.outcomes)
+                reply = " ".join(
+                    _describe(outcome.call, outcome.status) for outcome in context.outcomes
+                )
                 context.add_event(self.name, reply, kind=MESSAGE)
                 return reply
             return None
@@ -376,8 +377,7 @@ class DemoAgent(Agent):
         parts: list[str] = []
         learned = _learn(text)
         if _GREETING_ONLY.match(text):
-            return [f"Hello again, {memory.name}!" if memory.name else
-                    "Hello! What's your name?"]
+            return [f"Hello again, {memory.name}!" if memory.name else "Hello! What's your name?"]
         if learned.name:
             parts.append(f"Nice to meet you, {learned.name}!")
         if learned.likes:

@@ -62,6 +62,15 @@ if TYPE_CHECKING:
 
     _Connection = PoolConnectionProxy[Any]
 
+#: Errors meaning "this connection is dead" (the server restarted, a proxy dropped it),
+#: as opposed to "this statement failed".
+_CONNECTION_LOST = (
+    asyncpg.PostgresConnectionError,
+    asyncpg.AdminShutdownError,
+    asyncpg.InterfaceError,
+    ConnectionError,
+)
+
 _EVENT_LIST: TypeAdapter[list[Event]] = TypeAdapter(list[Event])
 
 # Expired sessions are deleted this many per transaction, so a purge holds few row
@@ -153,9 +162,7 @@ class PostgresSessionManager(SessionManager):
         if await self._schema_version(connection) == LATEST_VERSION:
             return
         async with connection.transaction():
-            await connection.execute(
-                "SELECT pg_advisory_xact_lock($1)", migration_lock_key(schema)
-            )
+            await connection.execute("SELECT pg_advisory_xact_lock($1)", migration_lock_key(schema))
             has_schema = await connection.fetchval(
                 "SELECT EXISTS (SELECT FROM pg_namespace WHERE nspname = $1)", schema
             )
@@ -194,8 +201,11 @@ class PostgresSessionManager(SessionManager):
     async def _connection(self) -> AsyncIterator[_Connection]:
         """A pooled connection; driver errors inside become `BackendUnavailableError`.
 
-        A connection the server dropped is discarded by the pool and replaced by a new
-        one on a later acquire, so once the server is back the manager works again.
+        The pool replaces a connection it finds closed. A dead connection it has not
+        noticed yet (the server restarted while the connection sat idle) fails once;
+        then every pooled connection is presumed as dead as that one and replaced on
+        its next use, so the pool does not serve its stale connections one failure
+        at a time.
         """
         pool = self._pool
         if pool is None:  # pragma: no cover - the base class opens before any hook
@@ -204,7 +214,29 @@ class PostgresSessionManager(SessionManager):
             async with pool.acquire() as connection:
                 yield connection
         except _DRIVER_ERRORS as exc:
+            if isinstance(exc, _CONNECTION_LOST):
+                await pool.expire_connections()
             raise self._unavailable(exc) from None
+
+    async def _read(self, sql: str, *args: Any) -> list[asyncpg.Record]:
+        """Run a read-only statement, once more on a fresh connection if the first died.
+
+        Only reads are retried, and only for a dead connection: a write whose
+        connection died may have committed, and repeating it would report a conflict
+        with itself; a statement that failed on a live connection would fail again.
+        """
+        pool = self._pool
+        if pool is None:  # pragma: no cover - the base class opens before any hook
+            raise RuntimeError("manager is not open")
+        try:
+            async with pool.acquire() as connection:
+                return await connection.fetch(sql, *args)
+        except _CONNECTION_LOST:
+            await pool.expire_connections()
+        except _DRIVER_ERRORS as exc:
+            raise self._unavailable(exc) from None
+        async with self._connection() as connection:
+            return await connection.fetch(sql, *args)
 
     # -- the contract -------------------------------------------------------------------
 
@@ -229,9 +261,7 @@ class PostgresSessionManager(SessionManager):
                     if await connection.fetchval(sql.replace_expired, *args):
                         await connection.execute(sql.delete_events, self._ns, record.session_id)
                         return
-                    if await connection.fetchval(
-                        sql.session_exists, self._ns, record.session_id
-                    ):
+                    if await connection.fetchval(sql.session_exists, self._ns, record.session_id):
                         raise SessionExistsError(record.session_id)
                 # Deleted between our two statements: try the insert again.
 
@@ -239,18 +269,15 @@ class PostgresSessionManager(SessionManager):
         self, session_id: str, last_events: int | None, now: datetime
     ) -> LoadedSession | None:
         sql = self._sql
-        async with self._connection() as connection:
-            if last_events is None:
-                row = await connection.fetchrow(sql.load_all, self._ns, session_id, now)
-            elif last_events == 0:
-                row = await connection.fetchrow(sql.load_record, self._ns, session_id, now)
-            else:
-                row = await connection.fetchrow(
-                    sql.load_last, self._ns, session_id, now, last_events
-                )
-        if row is None:
+        if last_events is None:
+            rows = await self._read(sql.load_all, self._ns, session_id, now)
+        elif last_events == 0:
+            rows = await self._read(sql.load_record, self._ns, session_id, now)
+        else:
+            rows = await self._read(sql.load_last, self._ns, session_id, now, last_events)
+        if not rows:
             return None
-        user_id, state, version, event_count, created_at, updated_at, expires_at, blob = row
+        user_id, state, version, event_count, created_at, updated_at, expires_at, blob = rows[0]
         record = SessionRecord(
             session_id=session_id,
             user_id=user_id,
@@ -304,9 +331,7 @@ class PostgresSessionManager(SessionManager):
         # committed meanwhile could leave events behind.
         sql = self._sql
         async with self._connection() as connection, connection.transaction():
-            live = await connection.fetchval(
-                sql.delete_session, self._ns, session_id, _now()
-            )
+            live = await connection.fetchval(sql.delete_session, self._ns, session_id, _now())
             if live is None:
                 return False
             await connection.execute(sql.delete_events, self._ns, session_id)
@@ -338,8 +363,7 @@ class PostgresSessionManager(SessionManager):
             args.append(user_id)
         if after is not None:
             args.extend(after)
-        async with self._connection() as connection:
-            rows = await connection.fetch(sql, *args)
+        rows = await self._read(sql, *args)
         return [
             SessionSummary(
                 session_id=row[0],
@@ -366,7 +390,6 @@ class PostgresSessionManager(SessionManager):
             purged += len(ids)
             if len(ids) < PURGE_BATCH:
                 return purged
-
 
 
 def _now() -> datetime:

@@ -17,7 +17,7 @@ __all__ = ["agentsessions_backends"]
 def agentsessions_backends() -> list[BackendSpec]:
     return [
         BackendSpec(
-            schemes=("redis", "rediss", "unix", "redis+cluster"),
+            schemes=("redis", "rediss", "unix", "redis+cluster", "rediss+cluster"),
             manager="agentsessions_redis._manager:RedisSessionManager",
             distribution="agentsessions-redis",
             version=__version__,

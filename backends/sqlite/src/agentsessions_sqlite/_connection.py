@@ -17,6 +17,7 @@ own methods all go through ``Connection._execute``, which is what `Link` uses.
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import time
 from collections.abc import Awaitable, Callable
@@ -128,9 +129,15 @@ class Link:
 
 async def connect(path: str, busy_timeout: float) -> Link:
     """Open *path* in autocommit mode (we issue BEGIN/COMMIT ourselves)."""
-    conn = await aiosqlite.connect(
-        path,
-        isolation_level=None,
-        timeout=busy_timeout,
-    )
+    conn = aiosqlite.connect(path, isolation_level=None, timeout=busy_timeout)
+    try:
+        await conn
+    except BaseException:
+        # On a failed connect aiosqlite stops its thread without waiting for it; the
+        # thread then reports to this event loop, which must still be running then.
+        for _ in range(1000):
+            if not conn._thread.is_alive():
+                break
+            await asyncio.sleep(0.001)
+        raise
     return Link(conn, busy_timeout)

@@ -25,18 +25,19 @@ __all__ = ["SessionManagerTests"]
 
 
 class SessionManagerTests(
-    CreateTests,
-    GetTests,
-    SaveTests,
-    UpdateTests,
-    DeleteTests,
-    ListingTests,
-    ConcurrencyTests,
-    IsolationTests,
-    TtlTests,
-    FidelityTests,
-    InputTests,
+    # pytest collects the last base's tests first: this runs create, get, save, ... first.
     LifecycleTests,
+    InputTests,
+    FidelityTests,
+    TtlTests,
+    IsolationTests,
+    ConcurrencyTests,
+    ListingTests,
+    DeleteTests,
+    UpdateTests,
+    SaveTests,
+    GetTests,
+    CreateTests,
     SuiteBase,
 ):
     """Every clause of the SessionManager contract, run against the ``manager`` fixture.

@@ -122,9 +122,7 @@ class SuiteBase:
     def require(self, manager: SessionManager, capability: str) -> None:
         """Skip, with the reason, unless the backend declares *capability*."""
         if not getattr(manager.capabilities, capability):
-            pytest.skip(
-                f"{type(manager).__name__} does not declare the {capability!r} capability"
-            )
+            pytest.skip(f"{type(manager).__name__} does not declare the {capability!r} capability")
 
     async def readback(
         self, manager: SessionManager, session_id: str, **kwargs: Any

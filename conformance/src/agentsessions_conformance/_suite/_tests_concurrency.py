@@ -52,7 +52,9 @@ class ConcurrencyTests(SuiteBase):
         )
         landed = [i for i, r in enumerate(results) if r is None]
         conflicts = [r for r in results if isinstance(r, SessionConflictError)]
-        unexpected = [r for r in results if r is not None and not isinstance(r, SessionConflictError)]
+        unexpected = [
+            r for r in results if r is not None and not isinstance(r, SessionConflictError)
+        ]
         assert not unexpected, f"unexpected outcomes: {unexpected[:3]!r}"
         assert len(landed) == 1, f"{len(landed)} of {CONTENDERS} concurrent saves landed"
         assert len(conflicts) == CONTENDERS - 1
@@ -67,11 +69,11 @@ class ConcurrencyTests(SuiteBase):
         await self.check_positions(managers[0], base.session_id, 3)
 
     async def test_concurrent_creates_exactly_one_wins(self, manager: SessionManager) -> None:
-        """Of 20 concurrent creates of one id exactly one succeeds; the others raise SessionExistsError."""
+        """Of 20 concurrent creates of one id one succeeds; 19 raise SessionExistsError."""
         await self._race_creates([manager])
 
     async def test_concurrent_saves_exactly_one_lands(self, manager: SessionManager) -> None:
-        """Of 20 copies loaded at one version and saved concurrently exactly one lands, 19 conflict."""
+        """Of 20 copies of one version saved concurrently exactly one lands; 19 conflict."""
         await self._race_saves([manager])
 
     async def test_concurrent_creates_across_managers(self, manager: SessionManager) -> None:

@@ -31,7 +31,7 @@ class DeleteTests(SuiteBase):
         await self.check_positions(manager, session.session_id, 0)
 
     async def test_delete_with_other_user_raises_ownership(self, manager: SessionManager) -> None:
-        """delete(user_id=...) of another user's session raises SessionOwnershipError and deletes nothing."""
+        """delete(user_id=other) raises SessionOwnershipError and deletes nothing."""
         owner = self.new_user()
         session = await self.session_with_events(manager, 1, user_id=owner)
         before = snapshot(await self.readback(manager, session.session_id))

@@ -17,7 +17,7 @@ UNICODE = {
     "rtl": "مرحبا بالعالم שלום",
     "combining": "e\u0301 a\u0308 \u1100\u1161\u11a8",
     "cjk": "会话 セッション 세션",
-    "astral": "𝔘𝔫𝔦𝔠𝔬𝔡𝔢 \U0010fffd",
+    "astral": "\U0001d518\U0001d52b\U0001d526 \U0010fffd",  # outside the BMP
     "controls": "tab\tnewline\ncr\r\x1b[0m\u2028\u2029",
     "quotes": "'\"\\ `${x}` <script>",
 }
@@ -60,19 +60,23 @@ class FidelityTests(SuiteBase):
         return session, stored
 
     async def test_unicode_round_trips(self, manager: SessionManager) -> None:
-        """Emoji, right-to-left text, combining marks and control characters round-trip in content, state, keys and authors."""
+        """Emoji, RTL text, combining marks and control characters round-trip everywhere."""
         events = [
             Event(author=f"author {UNICODE['emoji']}", content={key: text}, metadata={text: key})
             for key, text in UNICODE.items()
         ]
-        _, stored = await self._roundtrip(manager, state={v: v for v in UNICODE.values()}, events=events)
+        _, stored = await self._roundtrip(
+            manager, state={v: v for v in UNICODE.values()}, events=events
+        )
         assert stored.state == {v: v for v in UNICODE.values()}
         assert [e.model_dump() for e in stored.events] == [e.model_dump() for e in events]
 
     async def test_nul_in_content_round_trips(self, manager: SessionManager) -> None:
         """A NUL character inside content, metadata and state strings round-trips."""
         events = [Event(author="user", content="before\x00after", metadata={"k": "\x00"})]
-        _, stored = await self._roundtrip(manager, state={"nul": "a\x00b", "k\x00ey": 1}, events=events)
+        _, stored = await self._roundtrip(
+            manager, state={"nul": "a\x00b", "k\x00ey": 1}, events=events
+        )
         assert stored.state == {"nul": "a\x00b", "k\x00ey": 1}
         assert stored.events[0].content == "before\x00after"
         assert stored.events[0].metadata == {"k": "\x00"}
@@ -117,7 +121,7 @@ class FidelityTests(SuiteBase):
         assert stored.events[0].metadata == {"min": -(2**63)}
 
     async def test_int_beyond_int64_is_rejected(self, manager: SessionManager) -> None:
-        """An integer outside 64 bits (2**63, -2**63-1) raises SessionSerializationError, writes nothing."""
+        """An int outside 64 bits raises SessionSerializationError and writes nothing."""
         session = await self.session_with_events(manager, 1)
         before = snapshot(await self.readback(manager, session.session_id))
         for bad in (2**63, -(2**63) - 1, 10**30):
@@ -187,7 +191,9 @@ class FidelityTests(SuiteBase):
         assert [e.content for e in stored.events] == list(range(10_000))
         assert [e.id for e in stored.events] == [e.id for e in session.events]
         window = await manager.get(session_id, last_events=10)
-        assert window is not None and [e.content for e in window.events] == list(range(9990, 10_000))
+        assert window is not None and [e.content for e in window.events] == list(
+            range(9990, 10_000)
+        )
         await self.check_positions(manager, session_id, 10_000)
 
     async def test_identical_timestamps_keep_order(self, manager: SessionManager) -> None:
@@ -199,7 +205,7 @@ class FidelityTests(SuiteBase):
         assert [e.id for e in stored.events] == [e.id for e in events]
 
     async def test_timestamps_round_trip_to_microsecond(self, manager: SessionManager) -> None:
-        """Event timestamps, created_at and updated_at round-trip timezone-aware (UTC) to the microsecond."""
+        """Event and session timestamps round-trip as aware UTC, to the microsecond."""
         plus_five = timezone(timedelta(hours=5, minutes=30))
         stamps = [
             datetime(2024, 1, 2, 3, 4, 5, 678901, tzinfo=timezone.utc),
@@ -250,7 +256,12 @@ class FidelityTests(SuiteBase):
     async def test_event_metadata_round_trips(self, manager: SessionManager) -> None:
         """Event ids, authors, content and metadata round-trip exactly."""
         events = [
-            Event(id="custom-id-1", author="tool:search", content={"q": "x"}, metadata={"ms": 12, "ok": True}),
+            Event(
+                id="custom-id-1",
+                author="tool:search",
+                content={"q": "x"},
+                metadata={"ms": 12, "ok": True},
+            ),
             Event(author="assistant", content=None, metadata={"usage": {"in": 3, "out": [1, 2]}}),
         ]
         _, stored = await self._roundtrip(manager, events=events)

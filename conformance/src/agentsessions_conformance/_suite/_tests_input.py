@@ -116,7 +116,7 @@ class InputTests(SuiteBase):
 
     @pytest.mark.parametrize("odd", list(ODD_IDS.values()), ids=list(ODD_IDS))
     async def test_metacharacter_ids_round_trip(self, manager: SessionManager, odd: str) -> None:
-        """Ids full of SQL, Redis, Mongo and path metacharacters are plain ids that touch nothing else."""
+        """Ids full of SQL/Redis/Mongo/path metacharacters are plain ids, touching nothing else."""
         manager, private = await self._private(manager)
         user = self.new_user()
         sentinel = await self.session_with_events(manager, 2, user_id=user)
@@ -156,7 +156,13 @@ class InputTests(SuiteBase):
                 continue
             assert await manager.get(session_id) is None, f"get({pattern!r}) matched another id"
             assert await manager.delete(session_id) is False, f"delete({pattern!r}) matched"
-        user_patterns = [user[:6] + "*", user[:6] + "%", user[:-1] + "_", user[:-1] + "?", user[:6] + ".*"]
+        user_patterns = [
+            user[:6] + "*",
+            user[:6] + "%",
+            user[:-1] + "_",
+            user[:-1] + "?",
+            user[:6] + ".*",
+        ]
         if private:
             user_patterns += ["*", "%", "u-*", ".*", "_", "?"]
         for user_pattern in user_patterns:
@@ -166,7 +172,7 @@ class InputTests(SuiteBase):
 
     @pytest.mark.parametrize("value", list(NOT_JSON.values()), ids=list(NOT_JSON))
     async def test_non_json_values_rejected(self, manager: SessionManager, value: object) -> None:
-        """Non-JSON values in state, content or metadata raise SessionSerializationError naming the path, writing nothing."""
+        """Non-JSON values raise SessionSerializationError naming the path; nothing is written."""
         session = await self.session_with_events(manager, 1)
         before = snapshot(await self.readback(manager, session.session_id))
         new_id = self.new_id()

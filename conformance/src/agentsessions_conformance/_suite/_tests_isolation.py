@@ -29,9 +29,7 @@ class IsolationTests(SuiteBase):
         window = await manager.get(a.session_id, last_events=5)
         assert window is not None and [e.content for e in window.events] == ["alice secret"]
 
-    async def test_sessions_of_one_user_do_not_share_events(
-        self, manager: SessionManager
-    ) -> None:
+    async def test_sessions_of_one_user_do_not_share_events(self, manager: SessionManager) -> None:
         """Two sessions of the same user keep separate events and state."""
         user = self.new_user()
         first = await manager.create(self.new_id(), user, state={"n": 1})
@@ -63,7 +61,7 @@ class IsolationTests(SuiteBase):
         assert snapshot(await self.readback(manager, session.session_id)) == before
 
     async def test_namespaces_never_see_each_other(self, manager: SessionManager) -> None:
-        """Two namespaces on one store never see each other's sessions; one id in both is two sessions."""
+        """Namespaces on one store never see each other; one id in two is two sessions."""
         self.require(manager, "namespaces")
         left = await self.variant(manager, namespace=self.new_namespace())
         right = await self.variant(manager, namespace=self.new_namespace())
@@ -90,4 +88,6 @@ class IsolationTests(SuiteBase):
         }
         assert await right.delete(only_left) is False
         assert await left.get(only_left) is not None
-        assert await manager.get(only_left) is None, "the default namespace sees another one's session"
+        assert await manager.get(only_left) is None, (
+            "the default namespace sees another one's session"
+        )

@@ -34,7 +34,7 @@ class ListingTests(SuiteBase):
         raise AssertionError("paging never ended")
 
     async def test_list_returns_summaries(self, manager: SessionManager) -> None:
-        """list_sessions() returns summaries: id, user, timestamps, event count and version, no events."""
+        """list_sessions() returns summaries: id, user, times, event count, version; no events."""
         lister = await self._lister(manager)
         user = self.new_user()
         session_id = self.new_id()
@@ -64,7 +64,9 @@ class ListingTests(SuiteBase):
             await lister.create(session_id, user)
         # Concurrent creates may share a timestamp: the tie-break decides their order.
         await asyncio.gather(*(lister.create(session_id, user) for session_id in ids[3:]))
-        items = [item for item in await self._list_all(lister, user_id=user) if item.session_id in ids]
+        items = [
+            item for item in await self._list_all(lister, user_id=user) if item.session_id in ids
+        ]
         assert sorted(item.session_id for item in items) == sorted(ids)
         keys = [(item.created_at, item.session_id) for item in items]
         assert keys == sorted(keys, reverse=True)
@@ -85,7 +87,7 @@ class ListingTests(SuiteBase):
         assert listed == ids[::-1]
 
     async def test_list_paging_visits_each_once(self, manager: SessionManager) -> None:
-        """Paging with next_cursor visits every session exactly once, in order, even while others are saved."""
+        """Paging with next_cursor visits each session once, in order, even during saves."""
         lister = await self._lister(manager)
         user = self.new_user()
         ids = [self.new_id() for _ in range(7)]
@@ -108,7 +110,9 @@ class ListingTests(SuiteBase):
         assert seen == ids[::-1]
         assert pages == 4
         unfiltered = [
-            item.session_id for item in await self._list_all(lister, limit=3) if item.session_id in ids
+            item.session_id
+            for item in await self._list_all(lister, limit=3)
+            if item.session_id in ids
         ]
         assert unfiltered == ids[::-1]
 
@@ -147,9 +151,7 @@ class ListingTests(SuiteBase):
         ],
         ids=["garbage", "empty", "bad-date", "naive-date", "mongo-operator"],
     )
-    async def test_list_malformed_cursor_raises(
-        self, manager: SessionManager, cursor: str
-    ) -> None:
+    async def test_list_malformed_cursor_raises(self, manager: SessionManager, cursor: str) -> None:
         """list_sessions() with a malformed cursor raises InvalidInputError (a ValueError)."""
         with pytest.raises(InvalidInputError) as info:
             await manager.list_sessions(cursor=cursor)

@@ -47,7 +47,10 @@ class SaveTests(SuiteBase):
         session.add_event("user", "after truncation")
         await manager.save(session)
         assert _contents(await self.readback(manager, session.session_id)) == [
-            "e0", "e1", "e2", "after truncation"
+            "e0",
+            "e1",
+            "e2",
+            "after truncation",
         ]
         await self.check_positions(manager, session.session_id, 4)
 
@@ -217,14 +220,17 @@ class SaveTests(SuiteBase):
         del window.events[1:]
         await manager.save(window)
         assert _contents(await self.readback(manager, session.session_id)) == [
-            "e0", "e1", "e2", "e3"
+            "e0",
+            "e1",
+            "e2",
+            "e3",
         ]
         await self.check_positions(manager, session.session_id, 4)
 
     async def test_save_partial_load_replacing_raises_partial_error(
         self, manager: SessionManager
     ) -> None:
-        """Replacing loaded events of a last_events load raises PartialSessionError, writes nothing."""
+        """Replacing events of a last_events load raises PartialSessionError; writes nothing."""
         session = await self.session_with_events(manager, 6)
         before = snapshot(await self.readback(manager, session.session_id))
         window = await manager.get(session.session_id, last_events=3)

@@ -69,7 +69,7 @@ class UpdateTests(SuiteBase):
         assert await self.readback(manager, session_id) is None
 
     async def test_update_create_true_creates(self, manager: SessionManager) -> None:
-        """update(create=True) of an absent session creates it, for the given user, and saves fn's change."""
+        """update(create=True) creates an absent session for the user and saves fn's change."""
         session_id, user = self.new_id(), self.new_user()
 
         def add(session: Session) -> None:
@@ -83,7 +83,7 @@ class UpdateTests(SuiteBase):
         assert [e.content for e in stored.events] == ["first"]
 
     async def test_update_enforces_ownership(self, manager: SessionManager) -> None:
-        """update(user_id=...) of another user's session raises SessionOwnershipError, writes nothing."""
+        """update(user_id=other) raises SessionOwnershipError and writes nothing."""
         session_id, owner = self.new_id(), self.new_user()
         await manager.create(session_id, owner)
         before = snapshot(await self.readback(manager, session_id))
@@ -118,9 +118,13 @@ class UpdateTests(SuiteBase):
         """An exception inside ``async with manager.session(id)`` saves nothing."""
         session = await self.session_with_events(manager, 1)
         before = snapshot(await self.readback(manager, session.session_id))
-        with pytest.raises(_Boom):
+
+        async def fail_inside() -> None:
             async with manager.session(session.session_id) as inside:
                 inside.add_event("user", "lost")
                 inside.state["lost"] = True
                 raise _Boom
+
+        with pytest.raises(_Boom):
+            await fail_inside()
         assert snapshot(await self.readback(manager, session.session_id)) == before

@@ -90,8 +90,12 @@ def _chat(args: argparse.Namespace) -> int:
 async def _chat_turn(args: argparse.Namespace) -> int:
     message = " ".join(args.message)
     manager = connect(args.url)
-    async with manager:
+    try:
+        # The manager connects on first use, so a run without --session never even
+        # creates the database file.
         result = await DemoAgent(manager).run(message, session_id=args.session, user_id=args.user)
+    finally:
+        await manager.close()
     if args.json:
         sys.stdout.write(json.dumps(_as_json(result, args.user)) + "\n")
         return 0

@@ -45,7 +45,7 @@ EXIT_CODES_HELP = """exit codes:
 
 # Colour and markup only on a terminal; piped output stays plain text.
 console = Console(highlight=False, soft_wrap=False)
-err_console = Console(stderr=True, highlight=False)
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 T = TypeVar("T")
 

@@ -1,0 +1,232 @@
+"""What the documents look like, and the pure functions that build them and their filters.
+
+Two collections per namespace:
+
+``sessions`` -- one document per session::
+
+    {_id: session_id, user_id, state: "<JSON text>", version, created_at: <int us>,
+     updated_at: <int us>, expires_at: <date> | null, event_count,
+     incarnation: <ObjectId>, segments: [[start_position, <gen ObjectId>], ...]}
+
+``events`` -- one document per event (so a long conversation never nears MongoDB's
+16 MB document limit)::
+
+    {session, incarnation, gen, pos, base, writer, data: "<JSON text>"}
+
+with a unique index on (session, gen, pos).
+
+Why JSON text and not BSON sub-documents: an event's content may hold keys with ``.``
+or ``$``, integers up to 2**63-1 next to floats, NUL characters and nesting deeper than
+BSON's 100 levels; a string field stores all of that byte for byte, and core decodes a
+whole batch of them in one pydantic-core call (`decode_events`), faster than pymongo
+could build the dicts. Timestamps are integer microseconds since the epoch because
+BSON dates hold milliseconds and the contract keeps microseconds; ``expires_at`` is a
+BSON date anyway, since MongoDB's TTL index needs one (rounded *up* to the next
+millisecond, so a session never expires before its time to live).
+
+Why ``gen``: see `segment_ranges` and the manager's ``_save``. A *generation* is a
+fresh ObjectId under which one save (or a run of appends) writes events; the session
+document lists which generation owns which range of positions (``segments``), and a
+reader takes position ``p`` only from the generation that owns it. Events of an
+unpublished or superseded save therefore sit in the collection without ever being read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from agentsessions.backend import EventRecord, SessionRecord
+from bson import ObjectId
+
+__all__ = [
+    "Segment",
+    "SessionInfo",
+    "event_docs",
+    "expiry_date",
+    "from_micros",
+    "info_of",
+    "is_expired",
+    "live_filter",
+    "micros",
+    "new_event_pairs",
+    "range_filter",
+    "record_of",
+    "segment_ranges",
+    "session_doc",
+    "stale_events_filter",
+]
+
+Segment = tuple[int, ObjectId]
+"""(first position, generation): the generation owns positions from here to the next start."""
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def micros(when: datetime) -> int:
+    """*when* as integer microseconds since the epoch (exact, no float rounding)."""
+    return (when - _EPOCH) // _MICROSECOND
+
+
+def from_micros(value: int) -> datetime:
+    return _EPOCH + timedelta(microseconds=value)
+
+
+def expiry_date(when: datetime | None) -> datetime | None:
+    """*when* rounded up to BSON's millisecond, so expiry never comes early."""
+    if when is None:
+        return None
+    return _EPOCH + timedelta(milliseconds=-(-micros(when) // 1000))
+
+
+def is_expired(doc: dict[str, Any], now: datetime) -> bool:
+    expires = doc.get("expires_at")
+    return expires is not None and expires <= now
+
+
+def live_filter(now: datetime) -> dict[str, Any]:
+    """Matches sessions that have not expired at *now* (the TTL monitor lags by ~60 s)."""
+    return {"$or": [{"expires_at": None}, {"expires_at": {"$gt": now}}]}
+
+
+@dataclass(frozen=True, slots=True)
+class SessionInfo:
+    """What a save needs to know of the stored session at one version.
+
+    ``(incarnation, version)`` names one state for good: versions only grow within an
+    incarnation and every create starts a new incarnation, so a cached `SessionInfo`
+    is never wrong, only possibly outdated (and a save checks both before publishing).
+    """
+
+    version: int
+    incarnation: ObjectId
+    segments: tuple[Segment, ...]
+    event_count: int
+
+
+def info_of(doc: dict[str, Any]) -> SessionInfo:
+    return SessionInfo(
+        version=doc["version"],
+        incarnation=doc["incarnation"],
+        segments=tuple((int(start), gen) for start, gen in doc["segments"]),
+        event_count=doc["event_count"],
+    )
+
+
+def session_doc(record: SessionRecord, incarnation: ObjectId, gen: ObjectId) -> dict[str, Any]:
+    return {
+        "_id": record.session_id,
+        "user_id": record.user_id,
+        "state": record.state,
+        "version": record.version,
+        "created_at": micros(record.created_at),
+        "updated_at": micros(record.updated_at),
+        "expires_at": expiry_date(record.expires_at),
+        "event_count": record.event_count,
+        "incarnation": incarnation,
+        "segments": [[0, gen]],
+    }
+
+
+def record_of(doc: dict[str, Any]) -> SessionRecord:
+    return SessionRecord(
+        session_id=doc["_id"],
+        user_id=doc.get("user_id"),
+        state=doc["state"],
+        version=doc["version"],
+        created_at=from_micros(doc["created_at"]),
+        updated_at=from_micros(doc["updated_at"]),
+        expires_at=doc.get("expires_at"),
+        event_count=doc["event_count"],
+    )
+
+
+def event_docs(
+    session_id: str,
+    info: SessionInfo,
+    gen: ObjectId,
+    writer: ObjectId,
+    records: Sequence[tuple[int, str]],
+) -> list[dict[str, Any]]:
+    """Documents for (position, JSON text) pairs written by one save attempt.
+
+    ``base`` (the version the writer expects) and ``writer`` (its attempt id) are what
+    make cleanup safe: a writer expecting version ``b`` can never publish once the
+    session is past ``b``, and a writer that lost deletes exactly its own documents.
+    """
+    return [
+        {
+            "session": session_id,
+            "incarnation": info.incarnation,
+            "gen": gen,
+            "pos": position,
+            "base": info.version,
+            "writer": writer,
+            "data": data,
+        }
+        for position, data in records
+    ]
+
+
+def new_event_pairs(events: Sequence[EventRecord]) -> list[tuple[int, str]]:
+    return [(event.position, event.data) for event in events]
+
+
+def segment_ranges(
+    segments: Sequence[Segment], event_count: int
+) -> list[tuple[ObjectId, int, int]]:
+    """(gen, start, end) for each segment; the last one ends at *event_count*."""
+    ranges = []
+    for index, (start, gen) in enumerate(segments):
+        end = segments[index + 1][0] if index + 1 < len(segments) else event_count
+        ranges.append((gen, start, end))
+    return ranges
+
+
+def range_filter(session_id: str, info: SessionInfo, low: int, high: int) -> dict[str, Any] | None:
+    """The events of positions [low, high) as *info* publishes them; None if the range is empty.
+
+    One clause per segment, each an equality on (session, gen) and a range on pos, so
+    every clause is a bounded scan of the unique index; superseded and unpublished
+    documents at the same positions carry other generations and are never matched.
+    """
+    clauses: list[dict[str, Any]] = []
+    for gen, start, end in segment_ranges(info.segments, info.event_count):
+        first, stop = max(start, low), min(end, high)
+        if first < stop:
+            clauses.append({"gen": gen, "pos": {"$gte": first, "$lt": stop}})
+    if not clauses:
+        return None
+    if len(clauses) == 1:
+        return {"session": session_id, **clauses[0]}
+    return {"session": session_id, "$or": clauses}
+
+
+def stale_events_filter(
+    session_id: str,
+    incarnation: ObjectId,
+    segments: Sequence[Segment],
+    event_count: int,
+    version: int,
+) -> dict[str, Any]:
+    """Event documents of this incarnation that no reader can ever need again.
+
+    Called right after publishing *version*. A document is dead when it is not published
+    by *version* (its generation owns no segment, or it lies beyond its generation's
+    segment) AND its writer expected a version below *version*, so that writer can never
+    publish it. Writers that loaded *version* itself may be writing right now: their
+    ``base`` is *version*, so they are left alone. Both facts only ever stay true, which
+    makes this delete safe however late it reaches the server.
+    """
+    ranges = segment_ranges(segments, event_count)
+    unpublished: list[dict[str, Any]] = [{"gen": {"$nin": [gen for gen, _, _ in ranges]}}]
+    unpublished.extend({"gen": gen, "pos": {"$gte": end}} for gen, _, end in ranges)
+    return {
+        "session": session_id,
+        "incarnation": incarnation,
+        "base": {"$lt": version},
+        "$or": unpublished,
+    }

@@ -1,0 +1,690 @@
+"""`MongoSessionManager`: sessions in MongoDB through pymongo's native async client.
+
+How a save stays atomic without a transaction
+---------------------------------------------
+A save may write thousands of event documents but must land whole or not at all, on a
+standalone server (no transactions there) as well as on a replica set. So there is ONE
+code path, correct on both, and it needs no transaction:
+
+1. write the new events first, as documents no reader will take: they carry a
+   *generation* that does not own their positions yet (appends use the session's
+   current generation at positions >= event_count, which readers never read; a save
+   that rewrites history uses a fresh generation);
+2. publish with one conditional update of the session document, matched on
+   ``{_id, version: expected, incarnation}``: it raises the version, sets the event
+   count and, for a rewrite, records which generation owns which range of positions
+   (``segments``). This single-document write is atomic on every deployment, and it
+   is the only moment anything becomes visible;
+3. if the update matched nothing, another save won (or the session is gone): delete
+   this attempt's own documents (by its ``writer`` id) and raise.
+
+Readers read the session document, then only the (generation, position range) pairs
+it publishes, so the events of a loser, of a save killed between steps 1 and 2, or of
+history a rewrite replaced, are never seen even before they are cleaned up. Two saves
+racing at one version both write, one wins step 2; the loser's documents carry another
+generation, or (two appends) collide with the winner's on the unique (session, gen, pos)
+index, in which case the second writer moves its events to a fresh generation. A
+transaction where one exists would cost a round trip more on every save (commit) and a
+second code path to test, for no gain in safety.
+
+Readers are not isolated from *cleanup*: superseded documents are deleted once a later
+version is published, so a reader that read the previous session document can find
+fewer events than it expects. It then reads again (documents of a published range are
+never rewritten in place, only deleted, so a complete read is a consistent one).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping
+from datetime import datetime, timezone
+from typing import Any, ClassVar
+from urllib.parse import parse_qsl, urlsplit
+
+from agentsessions import (
+    InvalidInputError,
+    InvalidOptionError,
+    SessionConflictError,
+    SessionExistsError,
+    SessionNotFoundError,
+    SessionSummary,
+)
+from agentsessions.backend import (
+    Capabilities,
+    LoadedSession,
+    SaveRequest,
+    SessionManager,
+    SessionRecord,
+    decode_events,
+    scrub_secret,
+    split_url,
+    validate_id,
+)
+from bson import ObjectId
+from bson.errors import InvalidDocument
+from pymongo import ASCENDING, DESCENDING, AsyncMongoClient, IndexModel, ReadPreference
+from pymongo.asynchronous.collection import AsyncCollection
+from pymongo.common import URI_OPTIONS_VALIDATOR_MAP
+from pymongo.errors import (
+    BulkWriteError,
+    ConfigurationError,
+    ConnectionFailure,
+    DuplicateKeyError,
+    ExecutionTimeout,
+    OperationFailure,
+    ProtocolError,
+    PyMongoError,
+)
+
+from ._layout import (
+    Segment,
+    SessionInfo,
+    event_docs,
+    expiry_date,
+    info_of,
+    is_expired,
+    live_filter,
+    micros,
+    new_event_pairs,
+    range_filter,
+    record_of,
+    session_doc,
+    stale_events_filter,
+)
+from ._options import MongoOptions
+
+__all__ = ["DEFAULT_DATABASE", "MongoSessionManager"]
+
+DEFAULT_DATABASE = "agentsessions"
+#: A rewrite adds a segment; past this many the newest half is copied into one fresh
+#: generation, so reads stay a handful of index ranges and the copy is amortised.
+MAX_SEGMENTS = 16
+_LOAD_ATTEMPTS = 16
+_SAVE_ATTEMPTS = 4
+_INFO_CACHE_SIZE = 4096
+_BATCH = 500
+#: Server error codes meaning "the credentials are wrong": the server is unusable to us.
+_AUTH_CODES = frozenset({13, 18})
+#: pymongo's URI options, lower-cased: MongoDB treats option names case-insensitively.
+_DRIVER_OPTIONS = frozenset(URI_OPTIONS_VALIDATOR_MAP) | {"ssl", "gssapiservicename"}
+# BSON's hard limit is 16 MiB per document; an event document also holds its keys.
+_MAX_EVENT_BYTES = 16 * 1024 * 1024 - 16 * 1024
+
+Doc = dict[str, Any]
+
+
+class MongoSessionManager(SessionManager):
+    """Sessions in MongoDB: ``mongodb://[user:pass@]host[:port][,host...]/[database]``.
+
+    The database is the URL's path (``agentsessions`` when there is none); driver
+    options such as ``replicaSet``, ``authSource`` or ``tls`` stay in the URL.
+    """
+
+    Options: ClassVar[type[MongoOptions]] = MongoOptions
+    driver_query_params: ClassVar[frozenset[str]] = _DRIVER_OPTIONS
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        persistent=True, shared=True, ttl=True, namespaces=True, max_event_bytes=_MAX_EVENT_BYTES
+    )
+
+    options: MongoOptions
+
+    def __init__(self, url: str, options: MongoOptions) -> None:
+        super().__init__(url, options)
+        self._client: AsyncMongoClient[Doc] | None = None
+        self._sessions_coll: AsyncCollection[Doc] | None = None
+        self._events_coll: AsyncCollection[Doc] | None = None
+        # What this manager last saw of each session, so that the save following a
+        # get needs no extra read. Entries are facts about (incarnation, version) and
+        # are only used when the version matches, so a stale entry costs a read, never
+        # correctness.
+        self._infos: OrderedDict[str, SessionInfo] = OrderedDict()
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> MongoSessionManager:
+        # MongoDB URI options are case-insensitive (``replicaset`` is ``replicaSet``),
+        # so the driver's share of the query is picked by lower-cased name.
+        query = urlsplit(url).query if isinstance(url, str) else ""
+        keep = frozenset(
+            name
+            for name, _ in parse_qsl(query, keep_blank_values=True)
+            if name.lower() in _DRIVER_OPTIONS
+        )
+        base, from_query = split_url(url, keep)
+        for name in from_query.keys() & options.keys():
+            raise InvalidOptionError(f"option {name!r} is given both in the URL and as an argument")
+        parsed = cls.parse_options({**from_query, **options})
+        assert isinstance(parsed, MongoOptions)
+        return cls(base, parsed)
+
+    # -- plumbing -----------------------------------------------------------------------
+
+    @property
+    def _sessions(self) -> AsyncCollection[Doc]:
+        assert self._sessions_coll is not None, "manager is not open"
+        return self._sessions_coll
+
+    @property
+    def _events(self) -> AsyncCollection[Doc]:
+        assert self._events_coll is not None, "manager is not open"
+        return self._events_coll
+
+    @contextlib.contextmanager
+    def _driver_errors(self) -> Iterator[None]:
+        """Turn the driver's "cannot reach the server" errors into BackendUnavailableError.
+
+        ``from None``: the driver's exception may be chained to ones that repeat the
+        topology; the masked reason carries what is useful.
+        """
+        try:
+            yield
+        except (ConnectionFailure, ProtocolError, ExecutionTimeout) as exc:
+            raise self._unavailable(exc) from None
+        except InvalidDocument as exc:
+            raise InvalidInputError(f"MongoDB refused a document: {exc}") from None
+        except OperationFailure as exc:
+            if exc.code in _AUTH_CODES:
+                raise self._unavailable(exc) from None
+            raise
+
+    def _remember(self, session_id: str, info: SessionInfo) -> None:
+        self._infos[session_id] = info
+        self._infos.move_to_end(session_id)
+        if len(self._infos) > _INFO_CACHE_SIZE:
+            self._infos.popitem(last=False)
+
+    async def _open(self) -> None:
+        options = self.options
+        kwargs: dict[str, Any] = {"tz_aware": True, "tzinfo": timezone.utc}
+        for name, value in (
+            ("serverSelectionTimeoutMS", options.server_selection_timeout),
+            ("connectTimeoutMS", options.connect_timeout),
+            ("socketTimeoutMS", options.socket_timeout),
+        ):
+            if value is not None:
+                kwargs[name] = max(1, round(value * 1000))
+        try:
+            client: AsyncMongoClient[Doc] = AsyncMongoClient(self._url, **kwargs)
+        except ConfigurationError as exc:
+            raise InvalidOptionError(f"{self.url}: {scrub_secret(str(exc), self._url)}") from None
+        try:
+            # Reads go to the primary whatever the URL says: a save must see the latest
+            # version, and a get must see the save that just returned.
+            database = client.get_default_database(
+                DEFAULT_DATABASE, read_preference=ReadPreference.PRIMARY
+            )
+            if not database.write_concern.acknowledged:
+                raise InvalidOptionError(
+                    f"{self.url}: unacknowledged writes (w=0) cannot tell whether a save "
+                    "landed; use w=1 or w=majority"
+                )
+            prefix = f"{options.namespace}_" if options.namespace else ""
+            sessions = database[f"{prefix}sessions"]
+            events = database[f"{prefix}events"]
+            with self._driver_errors():
+                await sessions.create_indexes(
+                    [
+                        # Expired sessions are filtered out at read time; the TTL
+                        # monitor (about once a minute) reclaims their documents.
+                        IndexModel([("expires_at", ASCENDING)], expireAfterSeconds=0),
+                        IndexModel([("created_at", DESCENDING), ("_id", DESCENDING)]),
+                        IndexModel(
+                            [
+                                ("user_id", ASCENDING),
+                                ("created_at", DESCENDING),
+                                ("_id", DESCENDING),
+                            ]
+                        ),
+                    ]
+                )
+                await events.create_indexes(
+                    [
+                        IndexModel(
+                            [("session", ASCENDING), ("gen", ASCENDING), ("pos", ASCENDING)],
+                            unique=True,
+                        )
+                    ]
+                )
+        except BaseException:
+            await client.close()
+            raise
+        self._client = client
+        self._sessions_coll = sessions
+        self._events_coll = events
+
+    async def _close(self) -> None:
+        client, self._client = self._client, None
+        self._sessions_coll = self._events_coll = None
+        self._infos.clear()
+        if client is not None:
+            await client.close()
+
+    # -- create / load --------------------------------------------------------------------
+
+    async def _create(self, record: SessionRecord, now: datetime) -> None:
+        session_id = validate_id(record.session_id)
+        if record.user_id is not None:
+            validate_id(record.user_id, "user_id")
+        incarnation, gen = ObjectId(), ObjectId()
+        doc = session_doc(record, incarnation, gen)
+        with self._driver_errors():
+            while True:
+                try:
+                    await self._sessions.insert_one(dict(doc))
+                    break
+                except DuplicateKeyError:
+                    pass
+                old = await self._sessions.find_one(
+                    {"_id": session_id}, {"incarnation": 1, "expires_at": 1}
+                )
+                if old is None:
+                    continue  # deleted since our insert failed: try again
+                if not is_expired(old, now):
+                    raise SessionExistsError(session_id) from None
+                replaced = await self._sessions.replace_one(
+                    {
+                        "_id": session_id,
+                        "incarnation": old["incarnation"],
+                        "expires_at": {"$lte": now},
+                    },
+                    doc,
+                )
+                if replaced.matched_count:
+                    # The expired incarnation can never be written again: its events go.
+                    await self._quietly(
+                        self._events.delete_many(
+                            {"session": session_id, "incarnation": old["incarnation"]}
+                        )
+                    )
+                    break
+        self._remember(session_id, SessionInfo(1, incarnation, ((0, gen),), 0))
+
+    async def _load(
+        self, session_id: str, last_events: int | None, now: datetime
+    ) -> LoadedSession | None:
+        validate_id(session_id)
+        with self._driver_errors():
+            for _ in range(_LOAD_ATTEMPTS):
+                doc = await self._sessions.find_one({"_id": session_id})
+                if doc is None or is_expired(doc, now):
+                    self._infos.pop(session_id, None)
+                    return None
+                info = info_of(doc)
+                self._remember(session_id, info)
+                count = info.event_count
+                low = 0 if last_events is None else max(0, count - last_events)
+                texts = await self._read_texts(session_id, info, low, count)
+                if texts is not None:
+                    return LoadedSession(record_of(doc), decode_events(texts))
+                # A save published since we read the session document and its cleanup
+                # removed events of the version we read: read the new version.
+        raise self._unavailable(
+            RuntimeError(
+                f"session {session_id!r}: its events kept changing or are missing "
+                f"(read {_LOAD_ATTEMPTS} times)"
+            )
+        )
+
+    async def _read_texts(
+        self, session_id: str, info: SessionInfo, low: int, high: int
+    ) -> list[str] | None:
+        """The event texts of positions [low, high) as *info* publishes them.
+
+        None when some are missing: a later save's cleanup got to them first.
+        """
+        query = range_filter(session_id, info, low, high)
+        if query is None:
+            return []
+        # The range is known exactly, so this is a bounded index scan of just the
+        # wanted tail (no "sort desc, limit n" needed to find it).
+        cursor = self._events.find(query, {"_id": 0, "data": 1}).sort("pos", ASCENDING)
+        docs = await cursor.to_list(None)
+        if len(docs) != high - low:
+            return None
+        return [doc["data"] for doc in docs]
+
+    # -- save -----------------------------------------------------------------------------
+
+    async def _save(self, request: SaveRequest, now: datetime) -> None:
+        session_id = validate_id(request.record.session_id)
+        with self._driver_errors():
+            for _ in range(_SAVE_ATTEMPTS):
+                info = await self._info_for_save(session_id, request.expected_version, now)
+                if await self._try_save(request, info, now):
+                    return
+        raise SessionConflictError(
+            session_id, request.expected_version, "the session was replaced while saving"
+        )
+
+    async def _info_for_save(self, session_id: str, expected: int, now: datetime) -> SessionInfo:
+        cached = self._infos.get(session_id)
+        if cached is not None and cached.version == expected:
+            return cached
+        doc = await self._sessions.find_one({"_id": session_id}, {"state": 0})
+        if doc is None or is_expired(doc, now):
+            raise SessionNotFoundError(session_id)
+        info = info_of(doc)
+        self._remember(session_id, info)
+        if info.version != expected:
+            raise SessionConflictError(session_id, expected)
+        return info
+
+    async def _try_save(self, request: SaveRequest, info: SessionInfo, now: datetime) -> bool:
+        """One attempt; False when the session was re-created meanwhile (try again)."""
+        record = request.record
+        session_id = record.session_id
+        writer = ObjectId()
+        keep = request.keep
+        segments = info.segments
+        written: tuple[ObjectId, int] | None = None  # (gen, first position) we wrote
+
+        appending = keep == info.event_count
+        if appending and request.new_events:
+            gen = segments[-1][1]
+            docs = event_docs(session_id, info, gen, writer, new_event_pairs(request.new_events))
+            if await self._insert(docs):
+                written = (gen, keep)
+            else:
+                # The positions are taken in the current generation: by a save racing
+                # us at this version, or left by one that died before publishing. We
+                # cannot tell which, and must not delete the other writer's events, so
+                # ours move to a fresh generation; whichever save publishes decides.
+                await self._discard(session_id, gen, keep, writer)
+                appending = False
+        if not appending:
+            segments, written = await self._write_generation(request, info, writer, now)
+
+        update: Doc = {
+            "state": record.state,
+            "version": record.version,
+            "updated_at": micros(record.updated_at),
+            "expires_at": expiry_date(record.expires_at),
+            "event_count": record.event_count,
+        }
+        if segments != info.segments:
+            update["segments"] = [list(segment) for segment in segments]
+        published = await self._sessions.update_one(
+            {
+                "_id": session_id,
+                "version": request.expected_version,
+                "incarnation": info.incarnation,
+                **live_filter(now),
+            },
+            {"$set": update},
+        )
+        if not published.matched_count:
+            if written is not None:
+                await self._quietly(self._discard(session_id, written[0], written[1], writer))
+            self._infos.pop(session_id, None)
+            await self._explain_failed_publish(session_id, request.expected_version, now)
+            return False
+        self._remember(
+            session_id,
+            SessionInfo(record.version, info.incarnation, segments, record.event_count),
+        )
+        if segments != info.segments:
+            await self._quietly(
+                self._events.delete_many(
+                    stale_events_filter(
+                        session_id,
+                        info.incarnation,
+                        segments,
+                        record.event_count,
+                        record.version,
+                    )
+                )
+            )
+        return True
+
+    async def _write_generation(
+        self, request: SaveRequest, info: SessionInfo, writer: ObjectId, now: datetime
+    ) -> tuple[tuple[Segment, ...], tuple[ObjectId, int] | None]:
+        """Write the new events under a fresh generation; the segments that publish them.
+
+        The fresh generation owns positions from ``keep`` on, so the events it replaces
+        stay readable under their own generation until the publish. When the segment
+        list grows past `MAX_SEGMENTS`, the newer half of the kept events is copied
+        into the fresh generation too.
+        """
+        session_id = request.record.session_id
+        keep = request.keep
+        gen = ObjectId()
+        kept = [segment for segment in info.segments if segment[0] < keep]
+        start = keep
+        if len(kept) >= MAX_SEGMENTS:
+            half = MAX_SEGMENTS // 2
+            start = kept[half][0]
+            kept = kept[:half]
+        pairs: list[tuple[int, str]] = []
+        if start < keep:
+            copied = await self._read_texts(session_id, info, start, keep)
+            if copied is None:
+                # Only a publish after our version removes published events, so this
+                # save has lost: say so the usual way.
+                await self._explain_failed_publish(session_id, request.expected_version, now)
+                raise SessionConflictError(session_id, request.expected_version)
+            pairs.extend(zip(range(start, keep), copied, strict=True))
+        pairs.extend(new_event_pairs(request.new_events))
+        segments = (*kept, (start, gen))
+        if not pairs:
+            return segments, None  # a pure truncation: nothing to write
+        if not await self._insert(event_docs(session_id, info, gen, writer, pairs)):
+            raise AssertionError(f"generation {gen} of session {session_id!r} already had events")
+        return segments, (gen, start)
+
+    async def _insert(self, docs: list[Doc]) -> bool:
+        """Insert in order; False if a position of this generation is already taken."""
+        try:
+            await self._events.insert_many(docs, ordered=True)
+        except BulkWriteError as exc:
+            errors = exc.details.get("writeErrors", [])
+            if errors and all(error.get("code") == 11000 for error in errors):
+                return False
+            raise
+        return True
+
+    async def _discard(self, session_id: str, gen: ObjectId, first: int, writer: ObjectId) -> None:
+        """Delete what one save attempt wrote (it was never published, and never will be)."""
+        await self._events.delete_many(
+            {"session": session_id, "gen": gen, "pos": {"$gte": first}, "writer": writer}
+        )
+
+    async def _explain_failed_publish(self, session_id: str, expected: int, now: datetime) -> None:
+        """Raise why the conditional update matched nothing; return if worth retrying."""
+        doc = await self._sessions.find_one({"_id": session_id}, {"state": 0})
+        if doc is None or is_expired(doc, now):
+            raise SessionNotFoundError(session_id)
+        self._remember(session_id, info_of(doc))
+        if doc["version"] != expected:
+            raise SessionConflictError(session_id, expected)
+        # Same version, another incarnation: deleted and re-created since we looked.
+
+    async def _quietly(self, cleanup: Any) -> None:
+        """Run a cleanup whose failure loses nothing (leftovers stay invisible).
+
+        Used after the outcome is decided: a lost connection at this point must not
+        turn a save that landed into an error the caller would act on.
+        """
+        with contextlib.suppress(PyMongoError):
+            await cleanup
+
+    # -- delete / list / purge ----------------------------------------------------------------
+
+    async def _delete(self, session_id: str) -> bool:
+        validate_id(session_id)
+        self._infos.pop(session_id, None)
+        with self._driver_errors():
+            doc = await self._sessions.find_one_and_delete(
+                {"_id": session_id}, {"incarnation": 1, "expires_at": 1}
+            )
+            if doc is None:
+                # Events a failed earlier delete left behind go now.
+                await self._delete_dead_incarnations(session_id)
+                return False
+            await self._events.delete_many(
+                {"session": session_id, "incarnation": doc["incarnation"]}
+            )
+        return not is_expired(doc, datetime.now(timezone.utc))
+
+    async def _delete_dead_incarnations(self, session_id: str) -> None:
+        """Delete the events of every incarnation of *session_id* but the stored one.
+
+        Safe at any time: an incarnation's events are written only after its session
+        document exists, so one whose document is gone or replaced is gone for good.
+        """
+        incarnations = await self._events.distinct("incarnation", {"session": session_id})
+        if not incarnations:
+            return
+        doc = await self._sessions.find_one({"_id": session_id}, {"incarnation": 1})
+        current = None if doc is None else doc["incarnation"]
+        dead = [incarnation for incarnation in incarnations if incarnation != current]
+        if dead:
+            await self._events.delete_many({"session": session_id, "incarnation": {"$in": dead}})
+
+    async def _delete_user(self, user_id: str) -> int:
+        validate_id(user_id, "user_id")
+        deleted = 0
+        with self._driver_errors():
+            while True:
+                docs = (
+                    await self._sessions.find(
+                        {"user_id": user_id}, {"incarnation": 1, "expires_at": 1}
+                    )
+                    .limit(_BATCH)
+                    .to_list(None)
+                )
+                if not docs:
+                    return deleted
+                now = datetime.now(timezone.utc)
+                live = [doc for doc in docs if not is_expired(doc, now)]
+                expired = [doc for doc in docs if is_expired(doc, now)]
+                progress = 0
+                for group in (live, expired):
+                    if not group:
+                        continue
+                    result = await self._sessions.delete_many(
+                        {"$or": [{"_id": d["_id"], "incarnation": d["incarnation"]} for d in group]}
+                    )
+                    progress += result.deleted_count
+                    if group is live:
+                        deleted += result.deleted_count
+                for doc in docs:
+                    self._infos.pop(doc["_id"], None)
+                await self._delete_events_of(docs)
+                if not progress:
+                    return deleted  # every one changed under us; nothing left to chase
+
+    async def _delete_events_of(self, docs: list[Doc]) -> None:
+        if docs:
+            await self._events.delete_many(
+                {"$or": [{"session": d["_id"], "incarnation": d["incarnation"]} for d in docs]}
+            )
+
+    async def _list(
+        self,
+        user_id: str | None,
+        limit: int,
+        after: tuple[datetime, str] | None,
+        now: datetime,
+    ) -> list[SessionSummary]:
+        conditions: list[Mapping[str, Any]] = [live_filter(now)]
+        query: Doc = {}
+        if user_id is not None:
+            query["user_id"] = validate_id(user_id, "user_id")
+        if after is not None:
+            created, last_id = micros(after[0]), validate_id(after[1], "cursor")
+            conditions.append(
+                {
+                    "$or": [
+                        {"created_at": {"$lt": created}},
+                        {"created_at": created, "_id": {"$lt": last_id}},
+                    ]
+                }
+            )
+        query["$and"] = conditions
+        projection = {
+            "user_id": 1,
+            "created_at": 1,
+            "updated_at": 1,
+            "event_count": 1,
+            "version": 1,
+        }
+        with self._driver_errors():
+            docs = (
+                await self._sessions.find(query, projection)
+                .sort([("created_at", DESCENDING), ("_id", DESCENDING)])
+                .limit(limit)
+                .to_list(None)
+            )
+        return [
+            SessionSummary(
+                session_id=record.session_id,
+                user_id=record.user_id,
+                created_at=record.created_at,
+                updated_at=record.updated_at,
+                event_count=record.event_count,
+                version=record.version,
+            )
+            for record in (record_of({**doc, "state": ""}) for doc in docs)
+        ]
+
+    async def _purge_expired(self, now: datetime) -> int:
+        """Delete expired sessions with their events, then events no session owns.
+
+        The TTL monitor deletes expired session documents on its own, but it cannot
+        delete their events (renewing an expiry on every event at each save would make
+        a save cost O(history)). Those events are invisible, and the second pass here
+        reclaims them: it reads the distinct (session, incarnation) pairs of the events
+        collection, so it costs a scan of that collection; run it as periodic upkeep.
+        """
+        purged = 0
+        with self._driver_errors():
+            while True:
+                docs = (
+                    await self._sessions.find({"expires_at": {"$lte": now}}, {"incarnation": 1})
+                    .limit(_BATCH)
+                    .to_list(None)
+                )
+                if not docs:
+                    break
+                result = await self._sessions.delete_many(
+                    {
+                        "$or": [
+                            {
+                                "_id": d["_id"],
+                                "incarnation": d["incarnation"],
+                                "expires_at": {"$lte": now},
+                            }
+                            for d in docs
+                        ]
+                    }
+                )
+                purged += result.deleted_count
+                for doc in docs:
+                    self._infos.pop(doc["_id"], None)
+                await self._delete_events_of(docs)
+                if not result.deleted_count or len(docs) < _BATCH:
+                    break
+            await self._delete_orphaned_events()
+        return purged
+
+    async def _delete_orphaned_events(self) -> None:
+        pairs_cursor = await self._events.aggregate(
+            [{"$group": {"_id": {"session": "$session", "incarnation": "$incarnation"}}}]
+        )
+        pairs = [(doc["_id"]["session"], doc["_id"]["incarnation"]) async for doc in pairs_cursor]
+        for index in range(0, len(pairs), _BATCH):
+            batch = pairs[index : index + _BATCH]
+            current = {
+                doc["_id"]: doc["incarnation"]
+                async for doc in self._sessions.find(
+                    {"_id": {"$in": list({session for session, _ in batch})}}, {"incarnation": 1}
+                )
+            }
+            dead = [
+                {"session": session, "incarnation": incarnation}
+                for session, incarnation in batch
+                if current.get(session) != incarnation
+            ]
+            if dead:
+                await self._events.delete_many({"$or": dead})

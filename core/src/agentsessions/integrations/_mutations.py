@@ -1,0 +1,42 @@
+"""What both adapters need around a write: finish it even if the caller is cancelled.
+
+A framework may cancel the task that is saving (a guardrail trips, a client
+disconnects). A save cancelled half-way leaves the caller unable to tell whether it
+landed; letting it finish and only then re-raising the cancellation keeps the stored
+conversation and the framework's view of it in step. The OpenAI Agents SDK does the
+same for its own sessions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Awaitable
+from typing import TypeVar
+
+__all__ = ["backoff", "finish_despite_cancellation"]
+
+T = TypeVar("T")
+
+
+async def finish_despite_cancellation(awaitable: Awaitable[T]) -> T:
+    """Await *awaitable* to completion; a cancellation that arrived meanwhile is re-raised after."""
+    task = asyncio.ensure_future(awaitable)
+    cancelled: asyncio.CancelledError | None = None
+    while not task.done():
+        try:
+            await asyncio.wait({task})
+        except asyncio.CancelledError as exc:
+            if cancelled is None:
+                cancelled = exc
+    if cancelled is not None:
+        # The outcome is known and final; the caller still asked to stop, so it stops.
+        if not task.cancelled() and task.exception() is not None:
+            raise cancelled from task.exception()
+        raise cancelled
+    return task.result()
+
+
+async def backoff(attempt: int) -> None:
+    """Sleep a jittered, growing moment so that contending writers spread out."""
+    await asyncio.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))

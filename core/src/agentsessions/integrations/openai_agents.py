@@ -1,0 +1,207 @@
+"""A session of the OpenAI Agents SDK stored in any agentsessions backend.
+
+::
+
+    from agentsessions import connect
+    from agentsessions.integrations.openai_agents import AgentSessionsSession
+
+    manager = connect("postgresql://app@db/agents")
+    session = AgentSessionsSession("conversation-42", manager, user_id="alice")
+    result = await Runner.run(agent, "Hello", session=session)
+
+Each SDK item is one `Event` whose ``content`` is the item dict itself, so an item
+comes back exactly as it went in (strict JSON: a value JSON cannot hold is refused
+with `SessionSerializationError` before anything is written, never altered). The
+event's author is the item's ``role`` (``user``, ``assistant``...) or else its
+``type`` (``function_call``...), so the stored conversation stays readable by any
+other agentsessions tool.
+
+Writes go through the manager's optimistic concurrency: `add_items` and `pop_item`
+reload and retry when another writer saved first, so two runs appending to one
+conversation at once both land, in some order, and nothing is overwritten. Reads and
+appends load only the events they need (``last_events``), so their cost does not
+grow with the conversation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, cast
+
+from agents.memory.session import SessionABC
+from agents.memory.session_settings import (
+    SessionSettings,
+    coerce_session_settings,
+    resolve_session_limit,
+)
+
+from .._errors import InvalidInputError, SessionConflictError, SessionExistsError
+from .._manager import DEFAULT_UPDATE_RETRIES, SessionManager, validate_id
+from .._models import Event, Session
+from ._mutations import backoff, finish_despite_cancellation
+
+if TYPE_CHECKING:
+    from agents.items import TResponseInputItem
+
+__all__ = ["AgentSessionsSession"]
+
+_FALLBACK_AUTHOR = "item"
+
+
+def _author_of(item: Mapping[str, object]) -> str:
+    for key in ("role", "type"):
+        value = item.get(key)
+        if isinstance(value, str) and value and len(value) <= 255:
+            return value
+    return _FALLBACK_AUTHOR
+
+
+class AgentSessionsSession(SessionABC):
+    """Conversation history of the OpenAI Agents SDK kept by a `SessionManager`.
+
+    Pass it as ``session=`` to ``Runner.run`` / ``Runner.run_streamed``. The stored
+    session is created on the first `add_items`; with *user_id* it is created owned by
+    that user and every call checks ownership (`SessionOwnershipError` otherwise).
+    *session_settings* (e.g. ``SessionSettings(limit=50)``) bounds how many of the
+    newest items a run reads, as with the SDK's own sessions. *retries* is how many
+    times a write reloads and tries again after losing a race before the last
+    `SessionConflictError` is raised.
+
+    The manager is not opened or closed here: one manager serves every session of
+    an application.
+    """
+
+    session_settings: SessionSettings | None = None
+
+    def __init__(
+        self,
+        session_id: str,
+        manager: SessionManager,
+        *,
+        user_id: str | None = None,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
+        retries: int = DEFAULT_UPDATE_RETRIES,
+    ) -> None:
+        self.session_id = validate_id(session_id)
+        self.user_id = None if user_id is None else validate_id(user_id, "user_id")
+        if not isinstance(manager, SessionManager):
+            raise InvalidInputError(
+                f"manager must be a SessionManager, not {type(manager).__name__}"
+            )
+        if type(retries) is not int or retries < 0:
+            raise InvalidInputError(f"retries must be an int >= 0, not {retries!r}")
+        self.manager = manager
+        self.session_settings = (
+            SessionSettings()
+            if session_settings is None
+            else coerce_session_settings(session_settings)
+        )
+        self.retries = retries
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.session_id!r} on {self.manager!r}>"
+
+    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+        """The newest *limit* items in order (all when None; ``session_settings.limit``
+        applies when *limit* is None)."""
+        effective = resolve_session_limit(limit, self.session_settings)
+        if effective is not None and effective < 0:
+            effective = None  # the SDK's SQLite session reads everything for a negative limit
+        session = await self.manager.get(
+            self.session_id, user_id=self.user_id, last_events=effective
+        )
+        if session is None:
+            return []
+        # Every load decodes fresh objects from storage, so handing out the stored
+        # dicts cannot alias anything another reader holds.
+        return [cast("TResponseInputItem", event.content) for event in session.events]
+
+    async def add_items(self, items: list[TResponseInputItem]) -> None:
+        """Append *items* in one atomic save, retrying if another writer saved first."""
+        if not items:
+            return
+        events = []
+        for index, item in enumerate(items):
+            if not isinstance(item, dict):
+                raise InvalidInputError(
+                    f"items[{index}] is a {type(item).__name__}, not an item dict"
+                )
+            events.append(Event(author=_author_of(item), content=item))
+        await finish_despite_cancellation(self._append(events))
+
+    async def _append(self, events: list[Event]) -> None:
+        # Not `manager.update`: that loads the whole history on every attempt, and an
+        # append needs none of it (a load of zero events still carries the version).
+        attempt = 0
+        while True:
+            session = await self._load(last_events=0)
+            if session is None:
+                try:
+                    session = await self.manager.create(self.session_id, self.user_id)
+                except SessionExistsError:
+                    continue  # created by a concurrent writer: load theirs
+            session.events.extend(events)
+            try:
+                await self.manager.save(session)
+            except SessionConflictError as conflict:
+                attempt = await self._after_conflict(conflict, attempt)
+                continue
+            return
+
+    async def pop_item(self) -> TResponseInputItem | None:
+        """Remove the newest item and return it; None when there is none."""
+        return await finish_despite_cancellation(self._pop())
+
+    async def _pop(self) -> TResponseInputItem | None:
+        attempt = 0
+        while True:
+            session = await self._load(last_events=1)
+            if session is None or not session.events:
+                return None
+            event = session.events.pop()
+            try:
+                await self.manager.save(session)
+            except SessionConflictError as conflict:
+                attempt = await self._after_conflict(conflict, attempt)
+                continue
+            return cast("TResponseInputItem", event.content)
+
+    async def clear_session(self) -> None:
+        """Remove every item. The stored session itself (owner, state) is kept."""
+        await finish_despite_cancellation(self._clear())
+
+    async def _clear(self) -> None:
+        attempt = 0
+        while True:
+            loaded = await self._load(last_events=0)
+            if loaded is None:
+                return
+            # A session built by hand, at the loaded version, saves as a full rewrite:
+            # the history is dropped without ever being read.
+            emptied = Session(
+                session_id=loaded.session_id,
+                user_id=loaded.user_id,
+                events=[],
+                state=loaded.state,
+                created_at=loaded.created_at,
+                updated_at=loaded.updated_at,
+                version=loaded.version,
+            )
+            try:
+                await self.manager.save(emptied)
+            except SessionConflictError as conflict:
+                attempt = await self._after_conflict(conflict, attempt)
+                continue
+            return
+
+    async def _load(self, *, last_events: int) -> Session | None:
+        return await self.manager.get(
+            self.session_id, user_id=self.user_id, last_events=last_events
+        )
+
+    async def _after_conflict(self, conflict: SessionConflictError, attempt: int) -> int:
+        """Wait before the next try, or raise *conflict* once *retries* are spent."""
+        if attempt >= self.retries:
+            raise conflict
+        await backoff(attempt)
+        return attempt + 1

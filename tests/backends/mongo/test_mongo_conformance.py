@@ -1,0 +1,37 @@
+"""The conformance kit against MongoDB (SecantusDB here), one fresh namespace per test."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from agentsessions import SessionManager
+from agentsessions_conformance import SessionManagerTests
+from agentsessions_mongo import MongoSessionManager
+from pymongo.asynchronous.database import AsyncDatabase
+
+pytestmark = pytest.mark.mongo
+
+ManagerFactory = Callable[..., Awaitable[MongoSessionManager]]
+
+
+class TestMongoConformance(SessionManagerTests):
+    @pytest_asyncio.fixture
+    async def manager(self, make_manager: ManagerFactory) -> AsyncIterator[SessionManager]:
+        yield await make_manager()
+
+    @pytest_asyncio.fixture(autouse=True)
+    async def _raw(self, raw_db: AsyncDatabase[dict[str, Any]]) -> None:
+        self.raw_db = raw_db
+
+    async def raw_event_positions(
+        self, manager: SessionManager, session_id: str
+    ) -> list[int] | None:
+        # Every event document of the session, published or not: the kit checks that
+        # saves leave neither orphans nor duplicates behind.
+        assert isinstance(manager, MongoSessionManager)
+        prefix = f"{manager.options.namespace}_" if manager.options.namespace else ""
+        cursor = self.raw_db[f"{prefix}events"].find({"session": session_id}, {"pos": 1})
+        return [doc["pos"] async for doc in cursor]

@@ -1,0 +1,443 @@
+"""Redis-specific behaviour: key layout, expiry of every key, listing upkeep, outages,
+round trips, URL handling. The contract itself is checked by the conformance kit."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import pytest
+import pytest_asyncio
+import servers
+from agentsessions import (
+    BackendUnavailableError,
+    InvalidOptionError,
+    SessionConflictError,
+    connect,
+)
+from agentsessions_redis import RedisSessionManager
+from agentsessions_redis._client import split_cluster_url
+from agentsessions_redis._keys import global_member
+from redis.asyncio.connection import Connection
+from redis.crc import key_slot
+
+Factory = Callable[..., Any]
+
+
+async def keys_under(manager: RedisSessionManager) -> set[bytes]:
+    """Every key of the namespace, from every node of a cluster (SCAN, not KEYS)."""
+    pattern = manager.keys.prefix + "*"
+    return {key async for key in manager.client.scan_iter(match=pattern, count=1000)}
+
+
+def session_keys(manager: RedisSessionManager, session_id: str) -> list[str]:
+    keys = manager.keys.session(session_id)
+    return [keys.hash, keys.events]
+
+
+# -- key layout ---------------------------------------------------------------------------
+
+AWKWARD_IDS = ["a", "{a}", "a}", "{a", "a:b", "a:{b}:c", "*", "a*b", "line\nbreak", "}{", "é{ü}"]
+
+
+async def test_awkward_ids_are_distinct_sessions_each_on_one_slot(deployment: Factory) -> None:
+    manager: RedisSessionManager = await deployment()
+    for index, session_id in enumerate(AWKWARD_IDS):
+        session = await manager.create(session_id, state={"n": index})
+        session.add_event("user", session_id)
+        await manager.save(session)
+    for index, session_id in enumerate(AWKWARD_IDS):
+        loaded = await manager.get(session_id)
+        assert loaded is not None
+        assert loaded.session_id == session_id
+        assert loaded.state == {"n": index}
+        assert [event.content for event in loaded.events] == [session_id]
+        slots = {key_slot(key.encode()) for key in session_keys(manager, session_id)}
+        assert len(slots) == 1, f"keys of {session_id!r} span slots {slots}"
+    stored = await keys_under(manager)
+    # Two keys per session (hash and events), no key shared between two ids.
+    expected = {key.encode() for sid in AWKWARD_IDS for key in session_keys(manager, sid)}
+    assert expected <= stored
+    assert len(expected) == 2 * len(AWKWARD_IDS)
+    listed = await manager.list_sessions(limit=100)
+    assert sorted(item.session_id for item in listed.items) == sorted(AWKWARD_IDS)
+
+
+async def test_namespaces_use_disjoint_prefixes(standalone: Factory) -> None:
+    first: RedisSessionManager = await standalone()
+    second: RedisSessionManager = await standalone()
+    await first.create("same")
+    assert await second.get("same") is None
+    assert all(key.startswith(first.keys.prefix.encode()) for key in await keys_under(first))
+    assert await keys_under(second) == set()
+
+
+# -- time to live -------------------------------------------------------------------------
+
+
+async def pexpiretimes(manager: RedisSessionManager, session_id: str) -> list[int]:
+    client = manager.client
+    return [int(await client.pexpiretime(key)) for key in session_keys(manager, session_id)]
+
+
+async def test_every_key_expires_together_and_save_refreshes_them(deployment: Factory) -> None:
+    manager: RedisSessionManager = await deployment(ttl=1.5)
+    session = await manager.create("short", "someone")
+    session.add_event("user", "hello")
+    await manager.save(session)
+    first = await pexpiretimes(manager, "short")
+    assert first[0] > 0 and first[0] == first[1], "hash and events must expire at one instant"
+    await asyncio.sleep(0.3)
+    session.add_event("user", "again")
+    await manager.save(session)
+    second = await pexpiretimes(manager, "short")
+    assert second[0] == second[1]
+    assert second[0] >= first[0] + 250, "a save must push back the expiry of every key"
+
+    deadline = asyncio.get_running_loop().time() + 10
+    while await manager.client.exists(*session_keys(manager, "short")):
+        assert asyncio.get_running_loop().time() < deadline, "Redis never expired the keys"
+        await asyncio.sleep(0.2)
+    assert await manager.get("short") is None
+    # Only the listing index entries are left; purge removes them and counts the session.
+    manager.cluster_index_grace_us = 0
+    assert await manager.purge_expired() == 1
+    assert await keys_under(manager) == set()
+
+
+async def test_save_without_ttl_makes_every_key_persistent(deployment: Factory) -> None:
+    short: RedisSessionManager = await deployment(ttl=60)
+    session = await short.create("kept")
+    session.add_event("user", "x")
+    await short.save(session)
+    forever = short.with_options(ttl=None)
+    async with forever:
+        session = await forever.get("kept")
+        assert session is not None
+        session.add_event("user", "y")
+        await forever.save(session)
+        assert await pexpiretimes(forever, "kept") == [-1, -1]
+        await forever.delete("kept")
+
+
+async def test_expired_by_client_clock_is_purged_even_if_redis_still_holds_it(
+    standalone: Factory,
+) -> None:
+    manager: RedisSessionManager = await standalone(ttl=0.2)
+    await manager.create("late", "u1")
+    # As if the server's clock lagged ours: Redis would drop the key only much later.
+    await manager.client.pexpire(session_keys(manager, "late")[0], 60_000)
+    await asyncio.sleep(0.3)
+    assert await manager.get("late") is None
+    assert await manager.purge_expired() == 1
+    assert await keys_under(manager) == set()
+
+
+# -- listing upkeep -------------------------------------------------------------------------
+
+
+async def test_stale_index_entries_are_filtered_and_purged(deployment: Factory) -> None:
+    manager: RedisSessionManager = await deployment()
+    await manager.create("real", "u1")
+    # What a crash between a cluster create's index write and its session write leaves.
+    client = manager.client
+    ghost_entries = [
+        (manager.keys.index, global_member("ghost", "u1")),
+        (manager.keys.user_index("u1"), b"ghost"),
+    ]
+
+    async def haunt() -> None:
+        for index, member in ghost_entries:
+            await client.zadd(index, {member: 1_000_000})
+
+    async def ghost_scores() -> list[Any]:
+        return [await client.zscore(index, member) for index, member in ghost_entries]
+
+    await haunt()
+    assert [item.session_id for item in (await manager.list_sessions()).items] == ["real"]
+    listed = await manager.list_sessions(user_id="u1")
+    assert [item.session_id for item in listed.items] == ["real"]
+    assert await manager.get("ghost") is None
+    assert await ghost_scores() == [None, None], "readers drop stale entries they meet"
+    await haunt()
+    assert await manager.purge_expired() == 1
+    assert await ghost_scores() == [None, None]
+    assert await client.zscore(manager.keys.user_index("u1"), b"real") is not None
+
+
+async def test_an_id_reused_by_another_user_is_not_listed_or_deleted_for_the_first(
+    deployment: Factory,
+) -> None:
+    short: RedisSessionManager = await deployment(ttl=0.2)
+    await short.create("reused", "alice")
+    await asyncio.sleep(0.3)
+    manager = short.with_options(ttl=None)
+    async with manager:
+        await manager.create("reused", "bob")
+        assert (await manager.list_sessions(user_id="alice")).items == []
+        bobs = await manager.list_sessions(user_id="bob")
+        assert [item.session_id for item in bobs.items] == ["reused"]
+        assert await manager.delete_user("alice") == 0
+        stored = await manager.get("reused")
+        assert stored is not None and stored.user_id == "bob"
+        assert await manager.delete_user("bob") == 1
+        assert await manager.get("reused") is None
+
+
+async def test_listing_pages_through_equal_creation_times(deployment: Factory) -> None:
+    manager: RedisSessionManager = await deployment()
+    ids = [f"tie-{index:02d}" for index in range(7)]
+    for session_id in ids:
+        await manager.create(session_id)
+    # Force equal created_at (and so equal scores) on all of them.
+    client = manager.client
+    for session_id in ids:
+        await client.hset(manager.keys.session(session_id).hash, "c", 42_000_000)
+        await client.zadd(manager.keys.index, {global_member(session_id, None): 42_000_000})
+    seen: list[str] = []
+    cursor = None
+    while True:
+        page = await manager.list_sessions(limit=3, cursor=cursor)
+        seen.extend(item.session_id for item in page.items)
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    assert seen == sorted(ids, reverse=True)
+
+
+# -- atomicity and round trips --------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def private_redis() -> Iterator[servers.ManagedServer]:
+    """A Redis of our own: tests here flush scripts, reset stats and restart it."""
+    try:
+        server = servers.start_redis()
+    except servers.ServerUnavailable as exc:
+        pytest.skip(f"cannot start a private redis-server: {exc}")
+    yield server
+    server.stop()
+
+
+@pytest_asyncio.fixture
+async def private(private_redis: servers.ManagedServer) -> AsyncIterator[RedisSessionManager]:
+    if not private_redis.is_running():
+        private_redis.start()
+    manager = connect(private_redis.url, namespace="private", retries=1)
+    assert isinstance(manager, RedisSessionManager)
+    yield manager
+    await manager.close()
+
+
+@pytest.fixture
+def sent(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """The first word of every request written to any Redis connection (one per round
+    trip: a pipeline is written at once)."""
+    written: list[bytes] = []
+    original = Connection.send_packed_command
+
+    async def spy(self: Connection, command: Any, check_health: bool = True) -> None:
+        chunks = [command] if isinstance(command, (bytes, str)) else list(command)
+        head = b"".join(c if isinstance(c, bytes) else bytes(c) for c in chunks)
+        written.append(head.split(b"\r\n")[2])
+        await original(self, command, check_health)
+
+    monkeypatch.setattr(Connection, "send_packed_command", spy)
+    return written
+
+
+async def test_one_round_trip_per_save_and_per_load(
+    deployment: Factory, sent: list[bytes]
+) -> None:
+    manager: RedisSessionManager = await deployment()
+    session = await manager.create("trips")
+    await manager.save(session)  # the first call of each script may load it (NOSCRIPT)
+    await manager.get("trips")
+    sent.clear()
+    session.add_event("user", "one")
+    session.add_event("user", "two")
+    await manager.save(session)
+    assert sent == [b"EVALSHA"]
+    sent.clear()
+    loaded = await manager.get("trips")
+    assert loaded is not None and len(loaded.events) == 2
+    tail = await manager.get("trips", last_events=1)
+    assert tail is not None and [event.content for event in tail.events] == ["two"]
+    assert sent == [b"EVALSHA", b"EVALSHA"]
+
+
+async def test_scripts_flushed_from_the_server_are_reloaded(private: RedisSessionManager) -> None:
+    await private.open()
+    session = await private.create(f"flush-{uuid.uuid4().hex}")
+    await private.client.script_flush()
+    session.add_event("user", "after flush")
+    await private.save(session)
+    loaded = await private.get(session.session_id)
+    assert loaded is not None and [event.content for event in loaded.events] == ["after flush"]
+
+
+async def test_stale_save_writes_nothing(deployment: Factory) -> None:
+    manager: RedisSessionManager = await deployment()
+    first = await manager.create("race")
+    second = await manager.get("race")
+    assert second is not None
+    first.add_event("user", "winner")
+    await manager.save(first)
+    second.add_event("user", "loser")
+    second.state["loser"] = True
+    with pytest.raises(SessionConflictError):
+        await manager.save(second)
+    stored = await manager.get("race")
+    assert stored is not None
+    assert [event.content for event in stored.events] == ["winner"]
+    assert stored.state == {} and stored.version == 2
+    assert await manager.client.llen(manager.keys.session("race").events) == 1
+
+
+async def test_a_retried_save_that_already_landed_is_not_a_conflict(
+    standalone: Factory,
+) -> None:
+    # redis-py resends a command after a dropped connection; the write token makes the
+    # resent script see its own write instead of a version conflict.
+    manager: RedisSessionManager = await standalone()
+    session = await manager.create("retry")
+    keys = session_keys(manager, "retry")
+    token = b"0123456789ab"
+    args = [1, 1, token, 0, "{}", 2, 2_000_000, "", "", 1, '{"id":"e","author":"a"}']
+    assert await manager._save_script(keys=keys, args=args) == 1  # type: ignore[misc]
+    assert await manager._save_script(keys=keys, args=args) == 1  # type: ignore[misc]
+    assert await manager.client.llen(keys[1]) == 1
+    assert session.version == 1
+
+
+async def test_large_append_is_pushed_in_slices(standalone: Factory) -> None:
+    manager: RedisSessionManager = await standalone()
+    session = await manager.create("big")
+    for index in range(2500):
+        session.add_event("user", index)
+    await manager.save(session)
+    loaded = await manager.get("big")
+    assert loaded is not None
+    assert [event.content for event in loaded.events] == list(range(2500))
+    tail = await manager.get("big", last_events=3)
+    assert tail is not None and [event.content for event in tail.events] == [2497, 2498, 2499]
+
+
+# -- outages ----------------------------------------------------------------------------------
+
+
+async def test_restart_raises_unavailable_then_recovers(
+    private_redis: servers.ManagedServer, private: RedisSessionManager
+) -> None:
+    await private.open()
+    session_id = f"outage-{uuid.uuid4().hex}"
+    await private.create(session_id)
+    private_redis.stop()
+    try:
+        with pytest.raises(BackendUnavailableError) as caught:
+            await private.get(session_id)
+        assert caught.value.url == private.url
+    finally:
+        private_redis.start()
+    # Same manager, no reopen: redis-py reconnects. The server kept nothing (no persistence).
+    assert await private.get(session_id) is None
+    session = await private.create(session_id)
+    session.add_event("user", "back")
+    await private.save(session)
+    loaded = await private.get(session_id)
+    assert loaded is not None and [event.content for event in loaded.events] == ["back"]
+
+
+async def test_unavailable_error_masks_the_password() -> None:
+    port = servers.free_port()
+    manager = connect(f"redis://user:s3cr3t-pw@127.0.0.1:{port}/0", retries=0)
+    with pytest.raises(BackendUnavailableError) as caught:
+        await manager.open()
+    assert "s3cr3t-pw" not in str(caught.value)
+    assert "***" in caught.value.url
+    await manager.close()
+
+
+async def test_cluster_unavailable_error_masks_the_password() -> None:
+    port = servers.free_port()
+    manager = connect(f"redis+cluster://user:s3cr3t-pw@127.0.0.1:{port}", retries=0)
+    with pytest.raises(BackendUnavailableError) as caught:
+        await manager.open()
+    assert "s3cr3t-pw" not in str(caught.value)
+    await manager.close()
+
+
+# -- URLs and options -------------------------------------------------------------------------
+
+
+def test_query_options_are_ours_and_driver_parameters_stay_in_the_url() -> None:
+    manager = connect(
+        "redis://:pw@127.0.0.1:6379/3?namespace=app&ttl=30&socket_timeout=2"
+        "&connect_timeout=1&max_connections=7&client_name=me"
+    )
+    assert isinstance(manager, RedisSessionManager)
+    options = manager.options.model_dump()
+    assert options["namespace"] == "app" and options["ttl"] == 30
+    assert options["socket_timeout"] == 2 and options["connect_timeout"] == 1
+    assert options["max_connections"] == 7
+    assert manager.url == "redis://:***@127.0.0.1:6379/3?client_name=me"
+    assert manager.keys.prefix == "agentsessions:app:"
+
+
+@pytest.mark.parametrize(
+    "query", ["bogus=1", "ttl=-1", "max_connections=0", "namespace=a:b", "socket_timeout=x"]
+)
+def test_bad_options_name_the_problem(query: str) -> None:
+    with pytest.raises(InvalidOptionError) as caught:
+        connect(f"redis://127.0.0.1:6379/0?{query}")
+    assert query.split("=")[0] in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("url", "first", "nodes"),
+    [
+        ("redis+cluster://h1:7000", "redis://h1:7000", [("h1", 7000)]),
+        (
+            "redis+cluster://u:p@h1:7000,h2:7001,[::1]:7002/0?client_name=x",
+            "redis://u:p@h1:7000/0?client_name=x",
+            [("h1", 7000), ("h2", 7001), ("::1", 7002)],
+        ),
+        ("rediss+cluster://h1", "rediss://h1", [("h1", 6379)]),
+        ("redis+cluster://h1:7000?client_name=x", "redis://h1:7000?client_name=x", [("h1", 7000)]),
+    ],
+)
+def test_cluster_urls_name_every_startup_node(
+    url: str, first: str, nodes: list[tuple[str, int]]
+) -> None:
+    assert split_cluster_url(url) == (first, nodes)
+
+
+def test_bad_cluster_url_fails_at_connect() -> None:
+    with pytest.raises(InvalidOptionError, match="port"):
+        connect("redis+cluster://:pw@h1:notaport")
+    with pytest.raises(InvalidOptionError, match="no cluster node"):
+        connect("redis+cluster://:pw@")
+
+
+async def test_cluster_refuses_a_database_number(redis_cluster_url: str) -> None:
+    manager = connect(redis_cluster_url + "/2")
+    with pytest.raises(InvalidOptionError, match="db"):
+        await manager.open()
+
+
+def test_plugin_module_does_not_import_redis() -> None:
+    code = (
+        "import sys, agentsessions_redis._plugin as p;"
+        "specs = p.agentsessions_backends();"
+        "assert 'redis' not in sys.modules, 'redis imported';"
+        "print(sorted(specs[0].schemes))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert "redis+cluster" in done.stdout

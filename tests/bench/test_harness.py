@@ -1,0 +1,111 @@
+"""Smoke test of the benchmark harness on memory:// with tiny sizes: structure, not speed."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+from agentsessions._cli import main as cli_main
+
+bench = pytest.importorskip("agentsessions_bench")
+from agentsessions_bench._floors import MemoryFloor  # noqa: E402
+from agentsessions_bench._ours import OurStore  # noqa: E402
+from agentsessions_bench._report import evaluate_targets, render_markdown  # noqa: E402
+
+TINY = bench.Config(
+    sizes=(0, 7, 30),
+    rounds=2,
+    ops=2,
+    throughput_sessions=3,
+    throughput_turns=2,
+    writers=4,
+    updates_per_writer=3,
+)
+
+
+async def test_run_suite_measures_every_phase_and_all_contended_writes_land() -> None:
+    results = await bench.run_suite([lambda: OurStore("memory://"), MemoryFloor], TINY)
+    summaries = [result.summary() for result in results]
+    assert [s["kind"] for s in summaries] == ["ours", "floor"]
+    for summary in summaries:
+        assert summary["error"] is None
+        assert summary["rounds"] == TINY.rounds
+        for metric in ("turn_full", "read_full", "append", "turn_last", "read_last"):
+            assert set(summary["latency_ms"][metric]) == {"0", "7", "30"}
+            assert all(value > 0 for value in summary["latency_ms"][metric].values())
+        assert summary["throughput"]["turns_per_s"] > 0
+        assert summary["throughput"]["p95_ms"] >= summary["throughput"]["p50_ms"]
+        expected = 2 * TINY.writers * TINY.updates_per_writer
+        assert summary["contention"]["events_expected"] == expected
+        assert summary["contention"]["events_landed"] == expected
+        assert summary["contention_all_landed"] is True
+    assert summaries[0]["stale_write"] == "raises"
+
+
+async def test_turns_write_what_they_claim() -> None:
+    store = OurStore("memory://")
+    await store.open()
+    try:
+        await store.create("s", 25)
+        assert await store.count("s") == 25
+        await store.turn("s", None)
+        await store.append("s")
+        await store.turn("s", 20)
+        assert await store.count("s") == 31
+        assert await store.contended_update("s") == 0
+        assert await store.count("s") == 33
+    finally:
+        await store.close()
+
+
+async def test_a_failing_store_is_reported_not_fatal() -> None:
+    class Broken(MemoryFloor):
+        async def turn(self, session_id: str, last: int | None) -> float:
+            raise RuntimeError("boom")
+
+    results = await bench.run_suite([Broken, MemoryFloor], dataclasses.replace(TINY, rounds=1))
+    assert results[0].summary()["error"] == "RuntimeError: boom"
+    assert results[1].summary()["error"] is None
+
+
+async def test_report_marks_targets_and_renders_every_store() -> None:
+    results = await bench.run_suite([lambda: OurStore("memory://"), MemoryFloor], TINY)
+    stores = [result.summary() for result in results]
+    targets = evaluate_targets(stores, TINY.sizes)
+    goals = {t.goal for t in targets}
+    assert "throughput vs raw floor" in goals
+    assert "append at 30 vs at 0" in goals
+    assert all(t.met in (True, False) and t.value is not None for t in targets)
+    document = {
+        "machine": {
+            "date": "d",
+            "cpu": "c",
+            "cores": 2,
+            "memory_gib": 1.0,
+            "os": "o",
+            "python": "p",
+            "packages": {},
+        },
+        "config": dataclasses.asdict(TINY),
+        "stores": stores,
+        "targets": [t.as_dict() for t in targets],
+        "skipped": [],
+    }
+    json.dumps(document)  # the results file must be plain JSON
+    markdown = render_markdown(document)
+    assert "| agentsessions | **ours** |" in markdown
+    assert "| raw dict | floor |" in markdown
+    assert "### Targets" in markdown
+
+
+def test_cli_bench_runs_one_url(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    code = cli_main(
+        ["bench", "memory://", "--sizes", "0,5", "--rounds", "1", "--ops", "1", "--json", str(out)]
+    )
+    assert code == 0
+    assert "| agentsessions | **ours** |" in capsys.readouterr().out
+    stores = json.loads(out.read_text())["stores"]
+    assert [s["name"] for s in stores] == ["agentsessions", "raw dict"]

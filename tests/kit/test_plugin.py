@@ -1,0 +1,141 @@
+"""The plugin: URL mode, staying out of the way, report header, JSON report, known divergences."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from kit._run import run_pytest
+
+UNRELATED = """
+def test_unrelated():
+    assert True
+"""
+
+ADOPTER = """
+import uuid
+
+import pytest_asyncio
+from agentsessions import MemorySessionManager
+from agentsessions_conformance import SessionManagerTests
+
+from kit.broken import OverwritingCreateManager
+
+
+class TestBroken(SessionManagerTests):
+    known_divergences = {DIVERGENCES}
+
+    @pytest_asyncio.fixture
+    async def manager(self):
+        async with OverwritingCreateManager(f"memory://d-{uuid.uuid4().hex}") as manager:
+            yield manager
+"""
+
+OVERWRITE_CLAUSES = {
+    "test_create_never_overwrites": "create is a blind upsert (issue #1)",
+    "test_concurrent_creates_exactly_one_wins": "same bug",
+    "test_concurrent_creates_across_managers": "same bug",
+}
+
+
+def test_without_url_the_plugin_collects_nothing(tmp_path: Path) -> None:
+    run = run_pytest(tmp_path, "-q", module=UNRELATED)
+    assert run.returncode == 0, run.output
+    assert "1 passed" in run.output
+    assert "agentsessions conformance" not in run.output
+    assert run.report is not None  # asked for explicitly, so written, and empty
+    assert run.report["clauses"] == [] and run.report["url_backend"] is None
+
+
+def test_url_mode_runs_whole_suite_on_memory(tmp_path: Path) -> None:
+    # The unrelated module is not collected: URL mode replaces the default paths.
+    run = run_pytest(tmp_path, "--session-url", "memory://", module=UNRELATED)
+    assert run.returncode == 0, run.output[-3000:]
+    assert "test_unrelated" not in run.output
+    assert run.report is not None
+    assert run.report["summary"] == {"passed": len(run.report["clauses"]) - 1, "skipped": 1}
+    assert len(run.report["clauses"]) > 100
+    header = [
+        line for line in run.output.splitlines() if line.startswith("agentsessions conformance:")
+    ]
+    assert header and "MemorySessionManager at memory://" in header[0]
+    assert "shared=True" in header[0] and "persistent=False" in header[0]
+
+
+def test_url_mode_from_environment_plus_explicit_paths(tmp_path: Path) -> None:
+    (tmp_path / "test_mine.py").write_text(UNRELATED)
+    run = run_pytest(
+        tmp_path,
+        "-k",
+        "unrelated or create_never",
+        "test_mine.py",
+        env={"AGENTSESSIONS_SESSION_URL": "memory://"},
+    )
+    assert run.returncode == 0, run.output[-3000:]
+    assert "2 passed" in run.output  # the explicit path ran alongside the kit
+
+
+def test_json_report_lists_every_clause(tmp_path: Path) -> None:
+    run = run_pytest(tmp_path, "--session-url", "memory://", "-k", "create_never or persistent")
+    assert run.report is not None
+    clauses = {c["test"]: c for c in run.report["clauses"]}
+    assert set(clauses) == {
+        "test_create_never_overwrites",
+        "test_persistent_data_survives_reconnect",
+    }
+    passed = clauses["test_create_never_overwrites"]
+    assert passed["outcome"] == "passed"
+    assert passed["clause"].startswith("create() of an existing id raises SessionExistsError")
+    assert passed["duration"] > 0
+    skipped = clauses["test_persistent_data_survives_reconnect"]
+    assert skipped["outcome"] == "skipped"
+    assert "'persistent' capability" in skipped["message"]
+    backend = run.report["url_backend"]
+    assert backend["manager_class"] == "agentsessions._memory.MemorySessionManager"
+    assert backend["capabilities"]["ttl"] is True
+
+
+def test_failures_are_reported_with_their_message(tmp_path: Path) -> None:
+    module = ADOPTER.replace("{DIVERGENCES}", "{}")
+    run = run_pytest(tmp_path, "-k", "create_never", module=module)
+    assert run.returncode == 1
+    assert run.report is not None
+    (clause,) = run.report["clauses"]
+    assert clause["outcome"] == "failed"
+    assert "DID NOT RAISE" in clause["message"]
+    assert "OverwritingCreateManager" in json.dumps(run.report["backends"])
+    assert "test_adopter.py::TestBroken: kit.broken.OverwritingCreateManager at memory://" in (
+        run.output
+    )
+
+
+def test_known_divergences_become_strict_xfails(tmp_path: Path) -> None:
+    module = ADOPTER.replace("{DIVERGENCES}", repr(OVERWRITE_CLAUSES))
+    run = run_pytest(tmp_path, "-k", "create", module=module)
+    assert run.returncode == 0, run.output[-3000:]
+    assert run.report is not None
+    outcomes = {c["test"]: c for c in run.report["clauses"]}
+    for name, reason in OVERWRITE_CLAUSES.items():
+        assert outcomes[name]["outcome"] == "xfailed"
+        assert reason in outcomes[name]["message"]
+    assert outcomes["test_create_stores_new_session"]["outcome"] == "passed"
+
+
+def test_divergence_listed_for_a_passing_test_fails_the_run(tmp_path: Path) -> None:
+    divergences = {**OVERWRITE_CLAUSES, "test_get_returns_none_when_absent": "stale entry"}
+    module = ADOPTER.replace("{DIVERGENCES}", repr(divergences))
+    run = run_pytest(tmp_path, "-k", "create or returns_none", module=module)
+    assert run.returncode == 1
+    assert run.report is not None
+    stale = next(
+        c for c in run.report["clauses"] if c["test"] == "test_get_returns_none_when_absent"
+    )
+    assert stale["outcome"] == "failed"
+    assert "XPASS(strict)" in stale["message"]
+
+
+def test_divergence_naming_no_test_is_a_usage_error(tmp_path: Path) -> None:
+    module = ADOPTER.replace("{DIVERGENCES}", repr({"test_no_such_clause": "typo"}))
+    run = run_pytest(tmp_path, "-k", "create", module=module)
+    assert run.returncode == 4
+    assert "test_no_such_clause" in run.output
