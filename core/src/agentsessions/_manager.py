@@ -111,8 +111,9 @@ class SessionManager(abc.ABC):
     Options: ClassVar[type[ManagerOptions]] = ManagerOptions
     #: Query parameters that belong to the driver and stay in the URL.
     driver_query_params: ClassVar[frozenset[str]] = frozenset()
-    #: What this backend supports beyond the mandatory operations.
-    capabilities: ClassVar[Capabilities] = Capabilities()
+    #: What this backend supports beyond the mandatory operations. A backend whose
+    #: capabilities depend on its URL (SQLite's ``:memory:``) sets it per instance.
+    capabilities: Capabilities = Capabilities()
 
     def __init__(self, url: str, options: ManagerOptions) -> None:
         self._url = url

@@ -10,7 +10,6 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import ClassVar
 
 from ._errors import SessionConflictError, SessionExistsError, SessionNotFoundError
 from ._manager import ManagerOptions, SessionManager
@@ -47,7 +46,7 @@ def _live(stored: _Stored | None, now: datetime) -> _Stored | None:
 class MemorySessionManager(SessionManager):
     """Sessions in this process's memory; gone when the process ends."""
 
-    capabilities: ClassVar[Capabilities] = Capabilities(persistent=False, shared=True)
+    capabilities = Capabilities(persistent=False, shared=True)
 
     def __init__(self, url: str = "memory://", options: ManagerOptions | None = None) -> None:
         super().__init__(url, options or ManagerOptions())
@@ -113,12 +112,12 @@ class MemorySessionManager(SessionManager):
         return _live(stored, utcnow()) is not None
 
     async def _delete_user(self, user_id: str) -> int:
+        now = utcnow()
         with self._store.lock:
             space = self._space
             doomed = [sid for sid, stored in space.items() if stored.record.user_id == user_id]
-            for sid in doomed:
-                del space[sid]
-        return len(doomed)
+            live = sum(_live(space.pop(sid), now) is not None for sid in doomed)
+        return live
 
     async def _list(
         self,

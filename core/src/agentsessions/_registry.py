@@ -43,6 +43,7 @@ _KNOWN_DISTRIBUTIONS = {
     "redis": "agentsessions-redis",
     "rediss": "agentsessions-redis",
     "redis+cluster": "agentsessions-redis",
+    "rediss+cluster": "agentsessions-redis",
     "unix": "agentsessions-redis",
     "mongodb": "agentsessions-mongo",
     "mongodb+srv": "agentsessions-mongo",

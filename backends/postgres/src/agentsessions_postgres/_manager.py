@@ -92,7 +92,7 @@ class PostgresSessionManager(SessionManager):
 
     Options: ClassVar[type[ManagerOptions]] = PostgresOptions
     driver_query_params: ClassVar[frozenset[str]] = DRIVER_QUERY_PARAMS
-    capabilities: ClassVar[Capabilities] = Capabilities(
+    capabilities = Capabilities(
         persistent=True, shared=True, ttl=True, namespaces=True
     )
 

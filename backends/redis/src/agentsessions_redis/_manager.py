@@ -129,7 +129,7 @@ class RedisSessionManager(SessionManager):
             "ssl_ciphers",
         }
     )
-    capabilities: ClassVar[Capabilities] = Capabilities(
+    capabilities = Capabilities(
         persistent=True, shared=True, ttl=True, namespaces=True
     )
 

@@ -348,15 +348,14 @@ class SQLiteSessionManager(SessionManager):
     """
 
     Options: ClassVar[type[ManagerOptions]] = SQLiteOptions
-    capabilities: ClassVar[Capabilities] = Capabilities(persistent=True, shared=True)
+    capabilities = Capabilities(persistent=True, shared=True)
 
     def __init__(self, url: str, options: ManagerOptions | None = None) -> None:
         super().__init__(url, options if options is not None else SQLiteOptions())
         self.path = database_path(url)
         if self.path == MEMORY:
-            # The URL decides what this manager can do, so it is set per instance; core
-            # declares capabilities a ClassVar, hence the ignore (see the README).
-            self.capabilities = Capabilities(persistent=False, shared=False)  # type: ignore[misc]
+            # The URL decides what this manager can do, so it is set per instance.
+            self.capabilities = Capabilities(persistent=False, shared=False)
         self._writer: Link | None = None
         self._reader: Link | None = None
         self._utf8 = True

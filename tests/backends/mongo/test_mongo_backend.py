@@ -1,0 +1,524 @@
+"""MongoDB-specific behaviour: URL and options, layout, the save protocol under failure
+and races, cleanup of leftovers, expiry, and ids that look like query operators."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timezone
+from typing import Any
+
+import pytest
+from agentsessions import (
+    Event,
+    InvalidInputError,
+    InvalidOptionError,
+    InvalidSessionIdError,
+    SessionConflictError,
+    connect,
+)
+from agentsessions_mongo import MongoSessionManager
+from agentsessions_mongo import _manager as manager_module
+from pymongo.asynchronous.database import AsyncDatabase
+
+pytestmark = pytest.mark.mongo
+
+ManagerFactory = Callable[..., Awaitable[MongoSessionManager]]
+RawDb = AsyncDatabase[dict[str, Any]]
+
+
+def collections(manager: MongoSessionManager) -> tuple[str, str]:
+    prefix = f"{manager.options.namespace}_" if manager.options.namespace else ""
+    return f"{prefix}sessions", f"{prefix}events"
+
+
+async def raw_positions(raw_db: RawDb, manager: MongoSessionManager, session_id: str) -> list[int]:
+    """Positions of every event document of the session, published or not."""
+    cursor = raw_db[collections(manager)[1]].find({"session": session_id}, {"pos": 1})
+    return sorted([doc["pos"] async for doc in cursor])
+
+
+def contents(session: Any) -> list[Any]:
+    return [event.content for event in session.events]
+
+
+# -- URL, options, plugin ------------------------------------------------------------------
+
+
+def test_plugin_module_does_not_import_pymongo() -> None:
+    code = (
+        "import sys, agentsessions, agentsessions_mongo._plugin\n"
+        "agentsessions.connect('memory://')\n"
+        "assert 'pymongo' not in sys.modules, 'pymongo imported'\n"
+        "assert 'bson' not in sys.modules, 'bson imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_url_options_and_driver_parameters() -> None:
+    manager = connect(
+        "mongodb://alice:pa55word@h1:27017,h2:27018/appdb?replicaSet=rs0&AuthSource=admin"
+        "&tls=false&ttl=60&namespace=app&server_selection_timeout=2.5&connect_timeout=3"
+    )
+    assert isinstance(manager, MongoSessionManager)
+    assert manager.options.ttl == 60
+    assert manager.options.namespace == "app"
+    assert manager.options.server_selection_timeout == 2.5
+    assert manager.options.connect_timeout == 3
+    # Driver options stay in the URL, whatever their case; ours are taken out.
+    assert "replicaSet=rs0" in manager._url and "AuthSource=admin" in manager._url
+    assert "ttl" not in manager._url and "namespace" not in manager._url
+    assert "pa55word" not in repr(manager) and "pa55word" not in manager.url
+    srv = connect("mongodb+srv://cluster0.example.invalid/db?socket_timeout=5")
+    assert isinstance(srv, MongoSessionManager) and srv.options.socket_timeout == 5
+
+
+def test_bad_options_are_named() -> None:
+    with pytest.raises(InvalidOptionError, match="server_selection_timeout"):
+        connect("mongodb://127.0.0.1/db?server_selection_timeout=-1")
+    with pytest.raises(InvalidOptionError, match="bogus"):
+        connect("mongodb://127.0.0.1/db?bogus=1")
+
+
+async def test_unacknowledged_writes_are_refused(mongo_url: str) -> None:
+    sep = "&" if "?" in mongo_url else "?"
+    manager = connect(f"{mongo_url}{sep}w=0")
+    with pytest.raises(InvalidOptionError, match="w=0"):
+        await manager.open()
+    await manager.close()
+
+
+async def test_database_defaults_to_agentsessions(mongo_url: str, namespace: str) -> None:
+    base = mongo_url.split("?")[0].rsplit("/", 1)[0]
+    manager = connect(f"{base}/", namespace=namespace)
+    assert isinstance(manager, MongoSessionManager)
+    async with manager:
+        await manager.create("s1")
+        assert manager._client is not None
+        database = manager._client["agentsessions"]
+        try:
+            assert await database[f"{namespace}_sessions"].count_documents({"_id": "s1"}) == 1
+        finally:
+            await database.drop_collection(f"{namespace}_sessions")
+            await database.drop_collection(f"{namespace}_events")
+
+
+# -- layout ----------------------------------------------------------------------------
+
+
+async def test_layout_one_document_per_event_json_text(
+    mongo: MongoSessionManager, raw_db: RawDb
+) -> None:
+    sessions_name, events_name = collections(mongo)
+    session = await mongo.create("layout", "u1", state={"a.b": 1, "$c": 2**63 - 1})
+    for index in range(3):
+        session.add_event("user", {"n": index, "$k.e": "x\x00y"})
+    await mongo.save(session)
+
+    doc = await raw_db[sessions_name].find_one({"_id": "layout"})
+    assert doc is not None
+    assert doc["user_id"] == "u1" and doc["version"] == 2 and doc["event_count"] == 3
+    assert isinstance(doc["state"], str) and '"a.b"' in doc["state"]
+    assert doc["expires_at"] is None
+    events = await raw_db[events_name].find({"session": "layout"}).sort("pos", 1).to_list(None)
+    assert [event["pos"] for event in events] == [0, 1, 2]
+    assert all(isinstance(event["data"], str) for event in events)
+    assert Event.model_validate_json(events[1]["data"]).content == {"n": 1, "$k.e": "x\x00y"}
+
+    event_indexes = await raw_db[events_name].index_information()
+    assert any(
+        info.get("unique") and [k for k, _ in info["key"]] == ["session", "gen", "pos"]
+        for info in event_indexes.values()
+    )
+    session_indexes = await raw_db[sessions_name].index_information()
+    assert any(
+        info.get("expireAfterSeconds") == 0 and info["key"] == [("expires_at", 1)]
+        for info in session_indexes.values()
+    )
+
+
+async def test_timestamps_keep_microseconds(mongo: MongoSessionManager) -> None:
+    created = await mongo.create("micro")
+    loaded = await mongo.get("micro")
+    assert loaded is not None
+    assert loaded.created_at == created.created_at
+    assert loaded.created_at.tzinfo is not None
+    assert loaded.created_at.utcoffset() == timezone.utc.utcoffset(None)
+
+
+# -- a save killed half way ----------------------------------------------------------------
+
+
+@pytest.fixture
+def kill_after_insert(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Make the next save die right after its events are inserted, before publishing."""
+    inserted: list[int] = []
+    original = MongoSessionManager._insert
+
+    async def insert_then_die(self: MongoSessionManager, docs: list[dict[str, Any]]) -> bool:
+        await original(self, docs)
+        inserted.append(len(docs))
+        monkeypatch.setattr(MongoSessionManager, "_insert", original)
+        raise RuntimeError("killed between insert and publish")
+
+    monkeypatch.setattr(MongoSessionManager, "_insert", insert_then_die)
+    return inserted
+
+
+async def test_killed_append_is_invisible_and_cleaned_by_next_save(
+    mongo: MongoSessionManager, raw_db: RawDb, kill_after_insert: list[int]
+) -> None:
+    session = await mongo.create("killed")
+    session.add_event("user", "lost")
+    # First save is killed: patch applies to it.
+    for index in range(3):
+        session.add_event("user", f"lost{index}")
+    with pytest.raises(RuntimeError, match="killed"):
+        await mongo.save(session)
+    assert kill_after_insert == [4]
+    assert len(await raw_positions(raw_db, mongo, "killed")) == 4  # leftovers are there...
+
+    for reader in (mongo, await _fresh(mongo)):
+        stored = await reader.get("killed")
+        assert stored is not None and stored.version == 1 and stored.events == []
+        assert await reader.get("killed", last_events=2) is not None
+        window = await reader.get("killed", last_events=2)
+        assert window is not None and window.events == []
+
+    # ...and the next save of the session, which lands on the same positions, cleans them.
+    stored = await mongo.get("killed")
+    assert stored is not None
+    stored.add_event("user", "next")
+    await mongo.save(stored)
+    again = await (await _fresh(mongo)).get("killed")
+    assert again is not None and contents(again) == ["next"] and again.version == 2
+    assert await raw_positions(raw_db, mongo, "killed") == [0]
+
+
+async def test_cancelled_save_is_invisible_and_cleaned(
+    mongo: MongoSessionManager, raw_db: RawDb, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    session = await mongo.create("cancelled")
+    session.add_event("user", "a")
+    await mongo.save(session)
+
+    inserted = asyncio.Event()
+    original = MongoSessionManager._insert
+
+    async def insert_then_hang(self: MongoSessionManager, docs: list[dict[str, Any]]) -> bool:
+        ok = await original(self, docs)
+        inserted.set()
+        await asyncio.Event().wait()  # never published: the task is cancelled here
+        return ok
+
+    monkeypatch.setattr(MongoSessionManager, "_insert", insert_then_hang)
+    session.add_event("user", "b")
+    session.add_event("user", "c")
+    task = asyncio.create_task(mongo.save(session))
+    await inserted.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    monkeypatch.setattr(MongoSessionManager, "_insert", original)
+
+    assert await raw_positions(raw_db, mongo, "cancelled") == [0, 1, 2]
+    stored = await (await _fresh(mongo)).get("cancelled")
+    assert stored is not None and contents(stored) == ["a"] and stored.version == 2
+    tail = await mongo.get("cancelled", last_events=5)
+    assert tail is not None and contents(tail) == ["a"]
+
+    tail.add_event("user", "d")
+    await mongo.save(tail)
+    final = await (await _fresh(mongo)).get("cancelled")
+    assert final is not None and contents(final) == ["a", "d"]
+    assert await raw_positions(raw_db, mongo, "cancelled") == [0, 1]
+
+
+async def test_killed_rewrite_is_invisible_and_cleaned_by_next_rewrite(
+    mongo: MongoSessionManager, raw_db: RawDb
+) -> None:
+    session = await mongo.create("rewrite")
+    session.events = [Event(author="user", content=i) for i in range(3)]
+    await mongo.save(session)
+    original = MongoSessionManager._insert
+
+    async def insert_then_die(self: MongoSessionManager, docs: list[dict[str, Any]]) -> bool:
+        await original(self, docs)
+        raise RuntimeError("killed rewrite")
+
+    # A rewrite (replace the last event) killed between its insert and its publish.
+    session.events[-1] = Event(author="user", content="edited")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(MongoSessionManager, "_insert", insert_then_die)
+        with pytest.raises(RuntimeError, match="killed rewrite"):
+            await mongo.save(session)
+    assert await raw_positions(raw_db, mongo, "rewrite") == [0, 1, 2, 2]
+    stored = await (await _fresh(mongo)).get("rewrite")
+    assert stored is not None and contents(stored) == [0, 1, 2] and stored.version == 2
+
+    # Its documents carry a generation nobody publishes, so a plain append neither
+    # sees nor trips over them (and, to stay O(new events), does not look for them)...
+    stored.add_event("user", 3)
+    await mongo.save(stored)
+    assert await raw_positions(raw_db, mongo, "rewrite") == [0, 1, 2, 2, 3]
+    # ...the next save that publishes a new generation sweeps every dead document.
+    stored.events[-1] = Event(author="user", content="edited again")
+    await mongo.save(stored)
+    final = await (await _fresh(mongo)).get("rewrite")
+    assert final is not None and contents(final) == [0, 1, 2, "edited again"]
+    assert await raw_positions(raw_db, mongo, "rewrite") == [0, 1, 2, 3]
+
+    assert await mongo.delete("rewrite")
+    assert await raw_positions(raw_db, mongo, "rewrite") == []
+
+
+# -- racing saves ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("first_to_publish", ["paused", "other"])
+async def test_two_saves_that_both_wrote_events_one_wins_cleanly(
+    make_manager: ManagerFactory,
+    raw_db: RawDb,
+    monkeypatch: pytest.MonkeyPatch,
+    first_to_publish: str,
+) -> None:
+    """Both saves write their events before either publishes; exactly one lands.
+
+    ``paused`` inserts first (so ``other`` collides with it on the unique index and
+    moves to a fresh generation), then the two publish in the order parametrized.
+    """
+    paused_manager, other_manager = await make_manager(), await make_manager()
+    base = await paused_manager.create("race")
+    base.add_event("user", "base")
+    await paused_manager.save(base)
+    mine = await paused_manager.get("race")
+    theirs = await other_manager.get("race")
+    assert mine is not None and theirs is not None
+    mine.add_event("user", "paused-1")
+    mine.add_event("user", "paused-2")
+    theirs.add_event("user", "other-1")
+
+    original = MongoSessionManager._insert
+    inserted, release = asyncio.Event(), asyncio.Event()
+
+    async def pausing_insert(self: MongoSessionManager, docs: list[dict[str, Any]]) -> bool:
+        ok = await original(self, docs)
+        if self is paused_manager:
+            inserted.set()
+            await release.wait()
+        return ok
+
+    monkeypatch.setattr(MongoSessionManager, "_insert", pausing_insert)
+    paused_task = asyncio.create_task(paused_manager.save(mine))
+    await inserted.wait()
+    assert len(await raw_positions(raw_db, paused_manager, "race")) == 3
+
+    if first_to_publish == "other":
+        await other_manager.save(theirs)
+        release.set()
+        with pytest.raises(SessionConflictError):
+            await paused_task
+        expected = ["base", "other-1"]
+    else:
+        # Let the paused save publish first, while the other one is between its own
+        # insert and publish.
+        other_inserted = asyncio.Event()
+        other_release = asyncio.Event()
+
+        async def pausing_other(self: MongoSessionManager, docs: list[dict[str, Any]]) -> bool:
+            ok = await pausing_insert(self, docs)
+            if self is other_manager and ok:  # paused once its events are in
+                other_inserted.set()
+                await other_release.wait()
+            return ok
+
+        monkeypatch.setattr(MongoSessionManager, "_insert", pausing_other)
+        other_task = asyncio.create_task(other_manager.save(theirs))
+        await other_inserted.wait()
+        release.set()
+        await paused_task
+        other_release.set()
+        with pytest.raises(SessionConflictError):
+            await other_task
+        expected = ["base", "paused-1", "paused-2"]
+
+    monkeypatch.setattr(MongoSessionManager, "_insert", original)
+    for reader in (paused_manager, other_manager, await _fresh(paused_manager)):
+        stored = await reader.get("race")
+        assert stored is not None and contents(stored) == expected and stored.version == 3
+    assert await raw_positions(raw_db, paused_manager, "race") == list(range(len(expected)))
+
+
+async def test_concurrent_updates_from_two_managers_lose_nothing(
+    make_manager: ManagerFactory, raw_db: RawDb
+) -> None:
+    first, second = await make_manager(), await make_manager()
+    await first.create("contended")
+
+    async def append(manager: MongoSessionManager, value: int) -> None:
+        await manager.update("contended", lambda s: s.add_event("user", value))
+
+    await asyncio.gather(*(append((first, second)[i % 2], i) for i in range(24)))
+    stored = await (await _fresh(first)).get("contended")
+    assert stored is not None
+    assert sorted(contents(stored)) == list(range(24)) and stored.version == 25
+    assert await raw_positions(raw_db, first, "contended") == list(range(24))
+
+
+async def test_many_rewrites_keep_segments_bounded(
+    mongo: MongoSessionManager, raw_db: RawDb
+) -> None:
+    session = await mongo.create("edits")
+    for turn in range(3 * manager_module.MAX_SEGMENTS):
+        session.add_event("user", f"turn{turn}")
+        await mongo.save(session)
+        # Edit the previous answer: a rewrite, which adds a segment each time.
+        session.events[-1] = Event(author="user", content=f"edited{turn}")
+        await mongo.save(session)
+    expected = [f"edited{turn}" for turn in range(3 * manager_module.MAX_SEGMENTS)]
+    stored = await (await _fresh(mongo)).get("edits")
+    assert stored is not None and contents(stored) == expected
+    tail = await mongo.get("edits", last_events=5)
+    assert tail is not None and contents(tail) == expected[-5:]
+    doc = await raw_db[collections(mongo)[0]].find_one({"_id": "edits"})
+    assert doc is not None and 1 <= len(doc["segments"]) <= manager_module.MAX_SEGMENTS
+    assert await raw_positions(raw_db, mongo, "edits") == list(range(len(expected)))
+
+
+async def test_reader_rereads_when_cleanup_overtakes_it(
+    make_manager: ManagerFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reader, writer = await make_manager(), await make_manager()
+    session = await writer.create("overtaken")
+    session.events = [Event(author="user", content=i) for i in range(4)]
+    await writer.save(session)
+    original = MongoSessionManager._read_texts
+    interposed: list[bool] = []
+
+    async def read_after_a_rewrite(self: MongoSessionManager, *args: Any) -> list[str] | None:
+        if self is reader and not interposed:
+            interposed.append(True)
+            # Between the reader's session read and its event read, a rewrite lands
+            # and its cleanup deletes the events the reader is about to fetch.
+            session.events[1:] = [Event(author="user", content="new")]
+            await writer.save(session)
+        return await original(self, *args)
+
+    monkeypatch.setattr(MongoSessionManager, "_read_texts", read_after_a_rewrite)
+    stored = await reader.get("overtaken")
+    assert interposed == [True]
+    assert stored is not None and contents(stored) == [0, "new"] and stored.version == 3
+
+
+# -- expiry ------------------------------------------------------------------------------
+
+
+async def test_create_over_expired_and_purge_reclaim_events(
+    make_manager: ManagerFactory, raw_db: RawDb
+) -> None:
+    short = await make_manager(ttl=0.2)
+    session = await short.create("old", "u")
+    session.add_event("user", "old")
+    await short.save(session)
+    gone = await short.create("ttl-monitor", "u")
+    gone.add_event("user", "orphan")
+    await short.save(gone)
+    await asyncio.sleep(0.3)
+    assert await short.get("old") is None
+
+    fresh = await short.create("old", "u")
+    assert fresh.events == [] and fresh.version == 1
+    assert await raw_positions(raw_db, short, "old") == []  # the expired one's events went
+
+    # What MongoDB's TTL monitor does: it deletes the session document, not its events.
+    await raw_db[collections(short)[0]].delete_one({"_id": "ttl-monitor"})
+    assert await raw_positions(raw_db, short, "ttl-monitor") == [0]
+    assert await short.purge_expired() == 0
+    assert await raw_positions(raw_db, short, "ttl-monitor") == []
+
+    kept = await make_manager()
+    live = await kept.create("live")
+    live.add_event("user", "stays")
+    await kept.save(live)
+    await asyncio.sleep(0.3)
+    assert await kept.purge_expired() == 1  # "old" (re-created with the ttl) expired again
+    assert await raw_positions(raw_db, kept, "live") == [0]
+
+
+# -- ids -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", [{"$ne": None}, {"$gt": ""}, ["$where"], 1])
+async def test_operator_documents_are_refused_as_ids(
+    mongo: MongoSessionManager, raw_db: RawDb, bad: Any
+) -> None:
+    await mongo.create("victim", "victim-user")
+    with pytest.raises(InvalidSessionIdError):
+        await mongo.get(bad)
+    with pytest.raises(InvalidSessionIdError):
+        await mongo.delete(bad)
+    with pytest.raises(InvalidSessionIdError):
+        await mongo.create("attacker", bad)
+    with pytest.raises(InvalidSessionIdError):
+        await mongo.delete_user(bad)
+    with pytest.raises(InvalidSessionIdError):
+        await mongo.list_sessions(user_id=bad)
+    # Defence in depth: the backend's own hooks refuse them too.
+    with pytest.raises(InvalidSessionIdError):
+        await mongo._load(bad, None, datetime.now(timezone.utc))
+    with pytest.raises(InvalidSessionIdError):
+        await mongo._delete(bad)
+    assert await raw_db[collections(mongo)[0]].count_documents({}) == 1
+    assert await mongo.get("victim") is not None
+
+
+@pytest.mark.parametrize("text", ["$where", "$ne", '{"$ne": null}', "a.b", "$", "x$y.z"])
+async def test_operator_looking_strings_are_plain_ids(
+    mongo: MongoSessionManager, raw_db: RawDb, text: str
+) -> None:
+    other = await mongo.create("bystander", "someone")
+    session = await mongo.create(text, text)
+    session.add_event("user", text)
+    await mongo.save(session)
+    stored = await mongo.get(text, user_id=text)
+    assert stored is not None and stored.session_id == text and contents(stored) == [text]
+    page = await mongo.list_sessions(user_id=text)
+    assert [item.session_id for item in page.items] == [text]
+    doc = await raw_db[collections(mongo)[0]].find_one({"_id": text})
+    assert doc is not None and doc["user_id"] == text
+    assert await mongo.delete_user(text) == 1
+    assert await mongo.get(other.session_id) is not None
+
+
+# -- limits ----------------------------------------------------------------------------------
+
+
+async def test_oversized_state_is_refused_and_nothing_written(mongo: MongoSessionManager) -> None:
+    session = await mongo.create("huge")
+    session.add_event("user", "small")
+    session.state["blob"] = "x" * (17 * 1024 * 1024)
+    with pytest.raises(InvalidInputError, match="MongoDB refused"):
+        await mongo.save(session)
+    stored = await mongo.get("huge")
+    assert stored is not None and stored.version == 1 and stored.state == {}
+
+
+async def _fresh(manager: MongoSessionManager) -> MongoSessionManager:
+    """Another manager on the same store: sees what is stored, not what *manager* caches."""
+    other = manager.with_options()
+    await other.open()
+    _opened_fresh.append(other)
+    return other
+
+
+_opened_fresh: list[MongoSessionManager] = []
+
+
+@pytest.fixture(autouse=True)
+async def _close_fresh() -> Any:
+    yield
+    while _opened_fresh:
+        await _opened_fresh.pop().close()
+
