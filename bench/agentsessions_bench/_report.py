@@ -243,6 +243,7 @@ def render_markdown(results: dict[str, Any], plots: dict[str, str] | None = None
             throughput = store.get("throughput", {})
             contention = store.get("contention", {})
             landed = store.get("contention_all_landed")
+            broken = store.get("phase_errors") or {}
             rows.append(
                 [
                     store["name"],
@@ -250,20 +251,25 @@ def render_markdown(results: dict[str, Any], plots: dict[str, str] | None = None
                     _ms(_lat(store, "read_full", max(sizes))),
                     _ms(_lat(store, "read_last", min(sizes))),
                     _ms(_lat(store, "read_last", max(sizes))),
-                    f"{throughput.get('turns_per_s', 0):,.0f}",
+                    "failed" if "throughput" in broken else f"{throughput['turns_per_s']:,.0f}",
                     _x(_ratio(_tp(store), _tp(floor) if floor else None)),
                     _ms(throughput.get("p50_ms")),
                     _ms(throughput.get("p95_ms")),
-                    f"{contention.get('updates_per_s', 0):,.0f}",
+                    "failed"
+                    if "contention" in broken
+                    else f"{contention.get('updates_per_s', 0):,.0f}",
                     f"{contention.get('retries', 0):.0f}",
                     "yes" if landed else "NO" if landed is False else "-",
                     store.get("stale_write") or "-",
                 ]
             )
         lines += ["Throughput, contention, stale writes:", "", *_table(header, rows)]
-        failed = [s for s in group if s.get("error")]
-        for store in failed:
-            lines += ["", f"- {store['label']} failed: {store['error']}"]
+        notes = [f"- {s['label']} failed: {s['error']}" for s in group if s.get("error")]
+        for store in group:
+            for phase, why in (store.get("phase_errors") or {}).items():
+                notes.append(f"- {store['label']}: the {phase} phase failed: {why}")
+        if notes:
+            lines += ["", *notes]
         if plots and engine in plots:
             lines += ["", f"![{ENGINE_TITLES[engine]}]({plots[engine]})"]
     targets = results.get("targets", [])

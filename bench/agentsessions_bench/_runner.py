@@ -66,6 +66,8 @@ class StoreResult:
     contention_ok: bool = True
     stale_write: str | None = None
     error: str | None = None
+    #: phase -> why it failed (it is not run again in later rounds)
+    phase_errors: dict[str, str] = field(default_factory=dict)
 
     def add_latency(self, metric: str, size: int, samples: Sequence[float]) -> None:
         self.latency.setdefault(metric, {}).setdefault(size, []).append(statistics.median(samples))
@@ -88,6 +90,7 @@ class StoreResult:
             "stale_write": self.stale_write,
             "rounds": len(next(iter(self.throughput.values()), [])),
             "error": self.error,
+            "phase_errors": dict(self.phase_errors),
         }
 
 
@@ -180,13 +183,31 @@ async def _contention(store: Store, config: Config, result: StoreResult) -> None
     result.contention.setdefault("events_landed", []).append(float(landed))
 
 
+_PHASES = {"latency": _latency, "throughput": _throughput, "contention": _contention}
+
+
+def _short(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}".splitlines()[0]
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
 async def _one_round(store: Store, config: Config, result: StoreResult, first: bool) -> None:
+    """One round of one store. A phase that fails is recorded and not run again; the
+    other phases still are (a peer that breaks under concurrency still has latencies)."""
     await store.open()
     try:
         if first:
             result.stale_write = await store.stale_write()
-        for phase in (_latency, _throughput, _contention):
-            await asyncio.wait_for(phase(store, config, result), config.phase_timeout)
+        for name, phase in _PHASES.items():
+            if name in result.phase_errors:
+                continue
+            try:
+                await asyncio.wait_for(phase(store, config, result), config.phase_timeout)
+            except StoreUnavailable:
+                raise
+            except Exception as exc:
+                result.phase_errors[name] = _short(exc)
+                traceback.print_exc(file=sys.stderr)
     finally:
         await store.close()
 
@@ -218,11 +239,12 @@ async def run_suite(
             except StoreUnavailable as exc:
                 result.error = f"unavailable: {exc}"
             except Exception as exc:  # a broken store must not stop the others
-                result.error = f"{type(exc).__name__}: {exc}"
+                result.error = _short(exc)
                 traceback.print_exc(file=sys.stderr)
             if result.error:
                 alive.remove(index)
                 say(f"  {result.label}: FAILED ({result.error})")
             else:
-                say(f"  {result.label}: {time.perf_counter() - started:.1f}s")
+                failed = "".join(f"; {k} FAILED: {v}" for k, v in result.phase_errors.items())
+                say(f"  {result.label}: {time.perf_counter() - started:.1f}s{failed}")
     return results

@@ -85,7 +85,7 @@ def test_json_report_lists_every_clause(tmp_path: Path) -> None:
     }
     passed = clauses["test_create_never_overwrites"]
     assert passed["outcome"] == "passed"
-    assert passed["clause"].startswith("create() of an existing id raises SessionExistsError")
+    assert passed["clause"].startswith("create() of a stored id raises SessionExistsError")
     assert passed["duration"] > 0
     skipped = clauses["test_persistent_data_survives_reconnect"]
     assert skipped["outcome"] == "skipped"

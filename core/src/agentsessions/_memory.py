@@ -56,6 +56,8 @@ class MemorySessionManager(SessionManager):
                 self._store = _named_stores.setdefault(name, _Store())
         else:
             self._store = _Store()
+            # A private store is seen by this manager alone, not by with_options() copies.
+            self.capabilities = Capabilities(persistent=False, shared=False)
 
     @property
     def _space(self) -> dict[str, _Stored]:
@@ -136,17 +138,7 @@ class MemorySessionManager(SessionManager):
         records.sort(key=lambda r: (r.created_at, r.session_id), reverse=True)
         if after is not None:
             records = [r for r in records if (r.created_at, r.session_id) < after]
-        return [
-            SessionSummary(
-                session_id=r.session_id,
-                user_id=r.user_id,
-                created_at=r.created_at,
-                updated_at=r.updated_at,
-                event_count=r.event_count,
-                version=r.version,
-            )
-            for r in records[:limit]
-        ]
+        return [record.summary() for record in records[:limit]]
 
     async def _purge_expired(self, now: datetime) -> int:
         with self._store.lock:

@@ -17,7 +17,7 @@ from pydantic import TypeAdapter
 
 from . import _json
 from ._errors import InvalidInputError
-from ._models import Event
+from ._models import Event, SessionSummary
 
 __all__ = [
     "Capabilities",
@@ -62,6 +62,17 @@ class SessionRecord:
     updated_at: datetime
     expires_at: datetime | None
     event_count: int
+
+    def summary(self) -> SessionSummary:
+        """This record as `SessionManager.list_sessions` reports it."""
+        return SessionSummary(
+            session_id=self.session_id,
+            user_id=self.user_id,
+            created_at=self.created_at,
+            updated_at=self.updated_at,
+            event_count=self.event_count,
+            version=self.version,
+        )
 
 
 @dataclass(frozen=True, slots=True)

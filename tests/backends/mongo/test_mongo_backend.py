@@ -521,4 +521,3 @@ async def _close_fresh() -> Any:
     yield
     while _opened_fresh:
         await _opened_fresh.pop().close()
-

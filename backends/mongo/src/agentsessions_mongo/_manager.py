@@ -123,7 +123,7 @@ class MongoSessionManager(SessionManager):
 
     Options: ClassVar[type[MongoOptions]] = MongoOptions
     driver_query_params: ClassVar[frozenset[str]] = _DRIVER_OPTIONS
-    capabilities: ClassVar[Capabilities] = Capabilities(
+    capabilities: Capabilities = Capabilities(
         persistent=True, shared=True, ttl=True, namespaces=True, max_event_bytes=_MAX_EVENT_BYTES
     )
 
