@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -53,6 +54,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="results directory")
     parser.add_argument("--no-write", action="store_true", help="print only; write no files")
     parser.add_argument(
+        "--from-json",
+        type=Path,
+        metavar="PATH",
+        help="re-render tables, plots and docs from a results file instead of running",
+    )
+    parser.add_argument(
         "--profile",
         metavar="URL",
         help="profile one operation of our store on URL instead of benchmarking",
@@ -73,7 +80,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(asyncio.run(profile_operation(args.profile, args.operation, args.size, args.count)))
         return 0
     config = config_from_args(args)
-    if args.url:
+    if args.from_json:
+        results = json.loads(args.from_json.read_text(encoding="utf-8"))
+    elif args.url:
         results = asyncio.run(run_url(args.url, config, peers=not args.no_peers))
     else:
         engines = tuple(part.strip() for part in args.engines.split(",") if part.strip())

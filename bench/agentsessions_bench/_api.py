@@ -64,14 +64,30 @@ async def run_url(
         return _collect(results, config, plan, {})
 
 
+DOCS_PAGE = RESULTS_DIR.parents[1] / "docs" / "benchmarks.md"
+_START, _END = "<!-- results:start -->", "<!-- results:end -->"
+
+
 def publish(results: dict[str, Any], directory: Path = RESULTS_DIR) -> Path:
-    """Write latest.json, latest.md and one PNG per engine into *directory*."""
+    """Write latest.json, latest.md and one PNG per engine into *directory*.
+
+    A run into the default directory also refreshes the tables between the
+    ``results`` markers of docs/benchmarks.md, so the page always shows the last run.
+    """
     directory.mkdir(parents=True, exist_ok=True)
     write_results(results, directory)
     plots = write_plots(results, directory)
     markdown = render_markdown(results, {engine: path.name for engine, path in plots.items()})
     path = directory / "latest.md"
     path.write_text(markdown, encoding="utf-8")
+    if directory.resolve() == RESULTS_DIR and DOCS_PAGE.is_file():
+        page = DOCS_PAGE.read_text(encoding="utf-8")
+        if _START in page and _END in page:
+            relative = {engine: f"../bench/results/{p.name}" for engine, p in plots.items()}
+            head, _, rest = page.partition(_START)
+            _, _, tail = rest.partition(_END)
+            body = render_markdown(results, relative)
+            DOCS_PAGE.write_text(f"{head}{_START}\n{body}{_END}{tail}", encoding="utf-8")
     return path
 
 

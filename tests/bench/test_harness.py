@@ -65,9 +65,16 @@ async def test_a_failing_store_is_reported_not_fatal() -> None:
         async def turn(self, session_id: str, last: int | None) -> float:
             raise RuntimeError("boom")
 
-    results = await bench.run_suite([Broken, MemoryFloor], dataclasses.replace(TINY, rounds=1))
-    assert results[0].summary()["error"] == "RuntimeError: boom"
-    assert results[1].summary()["error"] is None
+    results = await bench.run_suite([Broken, MemoryFloor], dataclasses.replace(TINY, rounds=2))
+    broken, healthy = (result.summary() for result in results)
+    assert broken["phase_errors"] == {
+        "latency": "RuntimeError: boom",
+        "throughput": "RuntimeError: boom",
+        "contention": "RuntimeError: boom",
+    }
+    assert healthy["error"] is None
+    assert healthy["phase_errors"] == {}
+    assert healthy["rounds"] == 2
 
 
 async def test_report_marks_targets_and_renders_every_store() -> None:

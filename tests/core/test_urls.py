@@ -18,6 +18,10 @@ from agentsessions._urls import scrub_secret, split_url
         ),
         ("redis://cache:6379/0?password=s3cret&db=1", "redis://cache:6379/0?password=***&db=1"),
         ("sqlite:///sessions.db", "sqlite:///sessions.db"),
+        (
+            "mongodb://h/db?tls=true&tlsCertificateKeyFilePassword=s3cret",
+            "mongodb://h/db?tls=true&tlsCertificateKeyFilePassword=***",
+        ),
         ("postgresql://app@db/x", "postgresql://app@db/x"),
     ],
 )
@@ -38,6 +42,12 @@ def test_split_url_takes_our_options_and_keeps_the_drivers() -> None:
     )
     assert base == "postgresql://h/db?sslmode=require"
     assert options == {"ttl": "60", "namespace": "a"}
+
+
+def test_driver_parameters_are_matched_ignoring_case() -> None:
+    base, options = split_url("mongodb://h/db?replicaset=rs&ttl=1", frozenset({"replicaSet"}))
+    assert base == "mongodb://h/db?replicaset=rs"
+    assert options == {"ttl": "1"}
 
 
 def test_split_url_keeps_an_empty_authority() -> None:

@@ -51,7 +51,9 @@ class ScriptedModel(Model):
             type="message",
             role="assistant",
             status="completed",
-            content=[ResponseOutputText(type="output_text", text=self.replies.pop(0), annotations=[])],
+            content=[
+                ResponseOutputText(type="output_text", text=self.replies.pop(0), annotations=[])
+            ],
         )
         return ModelResponse(output=[message], usage=Usage(), response_id=f"resp_{number}")
 
@@ -133,7 +135,11 @@ ITEM_SHAPES: list[Any] = [
         "role": "user",
         "content": [
             {"type": "input_text", "text": "look at this"},
-            {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo=", "detail": "auto"},
+            {
+                "type": "input_image",
+                "image_url": "data:image/png;base64,iVBORw0KGgo=",
+                "detail": "auto",
+            },
         ],
     },
     {
@@ -158,7 +164,16 @@ ITEM_SHAPES: list[Any] = [
         "summary": [{"type": "summary_text", "text": "think"}],
         "encrypted_content": None,
     },
-    {"role": "system", "content": "numbers", "extra": {"int": 2**62, "float": 0.1, "neg": -1e-300, "nested": [[], {}, [None, True, False]]}},
+    {
+        "role": "system",
+        "content": "numbers",
+        "extra": {
+            "int": 2**62,
+            "float": 0.1,
+            "neg": -1e-300,
+            "nested": [[], {}, [None, True, False]],
+        },
+    },
 ]
 
 
@@ -177,7 +192,13 @@ async def test_items_round_trip_exactly(manager: SessionManager) -> None:
     record = await manager.get("conv-shapes")
     assert record is not None
     assert [event.author for event in record.events] == [
-        "user", "user", "assistant", "function_call", "function_call_output", "reasoning", "system",
+        "user",
+        "user",
+        "assistant",
+        "function_call",
+        "function_call_output",
+        "reasoning",
+        "system",
     ]
     assert [event.content for event in record.events] == ITEM_SHAPES
 
@@ -357,7 +378,9 @@ async def test_bad_items_are_refused_and_nothing_is_written(manager: SessionMana
     session = AgentSessionsSession("conv-bad", manager)
     await session.add_items(ITEM_SHAPES[:1])
     with pytest.raises(SessionSerializationError, match="nan"):
-        await session.add_items([{"role": "user", "content": "ok"}, {"role": "user", "x": float("nan")}])
+        await session.add_items(
+            [{"role": "user", "content": "ok"}, {"role": "user", "x": float("nan")}]
+        )
     with pytest.raises(SessionSerializationError, match="tuple"):
         await session.add_items([{"role": "user", "content": ("not", "json")}])
     bad: list[TResponseInputItem] = ["just a string"]  # type: ignore[list-item]

@@ -12,7 +12,8 @@ __all__ = ["mask_url", "scrub_secret", "split_url", "url_password"]
 _MASK = "***"
 # user:password@ in the authority; the host part may hold several hosts (MongoDB).
 _USERINFO = re.compile(r"^(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^/?#@:]*):(?P<secret>[^/?#]*)@")
-_SECRET_PARAM = re.compile(r"(?i)([?&](?:password|passwd|pass|secret|token)=)[^&#]*")
+# Any query parameter whose name mentions a secret (MongoDB's tlsCertificateKeyFilePassword).
+_SECRET_PARAM = re.compile(r"(?i)([?&][^=&#]*(?:password|passwd|pass|secret|token)[^=&#]*=)[^&#]*")
 
 
 def url_password(url: str) -> str | None:
@@ -40,13 +41,15 @@ def split_url(url: str, keep: frozenset[str] = frozenset()) -> tuple[str, dict[s
     """Split *url* into the URL without our options and the options from its query.
 
     Query parameters named in *keep* belong to the driver (``sslmode``, say) and stay
-    in the URL. A parameter given twice is an error rather than a silent pick.
+    in the URL; names are compared ignoring case, as MongoDB does (``replicaset``).
+    A parameter given twice is an error rather than a silent pick.
     """
     parts = urlsplit(url)
+    keep = frozenset(name.lower() for name in keep)
     ours: dict[str, str] = {}
     theirs: list[tuple[str, str]] = []
     for name, value in parse_qsl(parts.query, keep_blank_values=True):
-        if name in keep:
+        if name.lower() in keep:
             theirs.append((name, value))
             continue
         if name in ours:

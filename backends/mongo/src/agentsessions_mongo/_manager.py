@@ -40,7 +40,6 @@ from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from datetime import datetime, timezone
 from typing import Any, ClassVar
-from urllib.parse import parse_qsl, urlsplit
 
 from agentsessions import (
     InvalidInputError,
@@ -58,7 +57,6 @@ from agentsessions.backend import (
     SessionRecord,
     decode_events,
     scrub_secret,
-    split_url,
     validate_id,
 )
 from bson import ObjectId
@@ -139,23 +137,6 @@ class MongoSessionManager(SessionManager):
         # are only used when the version matches, so a stale entry costs a read, never
         # correctness.
         self._infos: OrderedDict[str, SessionInfo] = OrderedDict()
-
-    @classmethod
-    def from_url(cls, url: str, **options: Any) -> MongoSessionManager:
-        # MongoDB URI options are case-insensitive (``replicaset`` is ``replicaSet``),
-        # so the driver's share of the query is picked by lower-cased name.
-        query = urlsplit(url).query if isinstance(url, str) else ""
-        keep = frozenset(
-            name
-            for name, _ in parse_qsl(query, keep_blank_values=True)
-            if name.lower() in _DRIVER_OPTIONS
-        )
-        base, from_query = split_url(url, keep)
-        for name in from_query.keys() & options.keys():
-            raise InvalidOptionError(f"option {name!r} is given both in the URL and as an argument")
-        parsed = cls.parse_options({**from_query, **options})
-        assert isinstance(parsed, MongoOptions)
-        return cls(base, parsed)
 
     # -- plumbing -----------------------------------------------------------------------
 

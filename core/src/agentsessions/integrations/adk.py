@@ -64,11 +64,11 @@ import asyncio
 import hashlib
 import uuid
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, TypeVar
 
 from google.adk.errors import StaleSessionError
 from google.adk.errors.already_exists_error import AlreadyExistsError
@@ -99,6 +99,8 @@ from ._shared import finish_despite_cancellation, get_newest
 
 __all__ = ["AgentSessionsSessionService"]
 
+T = TypeVar("T")
+
 _STALE_MESSAGE = (
     "The session has been modified in storage since it was loaded. "
     "Please reload the session before appending more events."
@@ -108,6 +110,7 @@ _USER_BUDGET = 64
 _SESSION_BUDGET = 119  # len("adk/s/") + 64 + 1 + 64 + 1 + 119 == 255
 _HASH_DIGITS = 40
 _LIST_PAGE = 1000
+_LIST_CONCURRENCY = 16
 _EVENT_AUTHOR_FALLBACK = "adk"
 
 
@@ -243,9 +246,7 @@ class AgentSessionsSessionService(BaseSessionService):
         # One lock per session key serializes appends from tasks of this process that
         # share one Session object (parallel agents), as ADK's DatabaseSessionService
         # does; without it the second would see its own first append as "stale".
-        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = (
-            weakref.WeakValueDictionary()
-        )
+        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} on {self.manager!r}>"
@@ -354,9 +355,7 @@ class AgentSessionsSessionService(BaseSessionService):
         session_keys: list[str] = []
         cursor: str | None = None
         while True:
-            page = await self.manager.list_sessions(
-                user_id=owner, limit=_LIST_PAGE, cursor=cursor
-            )
+            page = await self.manager.list_sessions(user_id=owner, limit=_LIST_PAGE, cursor=cursor)
             session_keys += [
                 summary.session_id
                 for summary in page.items
@@ -365,9 +364,7 @@ class AgentSessionsSessionService(BaseSessionService):
             cursor = page.next_cursor
             if cursor is None:
                 break
-        loaded = await asyncio.gather(
-            *(self.manager.get(key, last_events=0) for key in session_keys)
-        )
+        loaded = await self._gather([self.manager.get(key, last_events=0) for key in session_keys])
         found: list[tuple[Session, dict[str, str], dict[str, Any]]] = []
         for stored in loaded:
             identity = stored.state.get("adk") if stored is not None else None
@@ -385,14 +382,16 @@ class AgentSessionsSessionService(BaseSessionService):
                 found.append((stored, identity, scope))
         users = sorted({identity["user_id"] for _, identity, _ in found})
         app_keys = _Keys(app_name, "")
-        app_state, *user_states = await asyncio.gather(
-            self._read_scope(app_keys.app_state, app_keys.app_identity),
-            *(
-                self._read_scope(
-                    _Keys(app_name, user).user_state, _Keys(app_name, user).user_identity
-                )
-                for user in users
-            ),
+        app_state, *user_states = await self._gather(
+            [
+                self._read_scope(app_keys.app_state, app_keys.app_identity),
+                *(
+                    self._read_scope(
+                        _Keys(app_name, user).user_state, _Keys(app_name, user).user_identity
+                    )
+                    for user in users
+                ),
+            ]
         )
         state_of_user = dict(zip(users, user_states, strict=True))
         sessions = []
@@ -427,22 +426,32 @@ class AgentSessionsSessionService(BaseSessionService):
     async def append_event(self, session: AdkSession, event: AdkEvent) -> AdkEvent:
         if event.partial:
             return event
+        delta = event.actions.state_delta if event.actions and event.actions.state_delta else {}
+        # Checked first, so that a refused delta leaves the live session untouched.
+        scopes = _split_state(delta, "event.actions.state_delta")
         # As ADK's services: temp: values reach the in-memory session (later agents of
         # this invocation read them) but are cut from the delta before anything is stored.
         self._apply_temp_state(session, event)
         event = self._trim_temp_delta_state(event)
-        delta = event.actions.state_delta if event.actions and event.actions.state_delta else {}
-        scopes = _split_state(delta, "event.actions.state_delta")
         keys = _Keys(session.app_name, session.user_id)
         key = keys.session(session.id)
         async with self._lock(key):
-            stored = await finish_despite_cancellation(
-                self._store_event(session, event, scopes, keys)
-            )
-            if stored is None:
-                return event  # the same event again: already stored, nothing to apply
-            session._storage_update_marker = _marker(stored)
-            session.last_update_time = stored.updated_at.timestamp()
+            # Shielded together with the update of the live session, so that a
+            # cancelled append still leaves the session object matching storage.
+            return await finish_despite_cancellation(self._append(session, event, scopes, keys))
+
+    async def _append(
+        self,
+        session: AdkSession,
+        event: AdkEvent,
+        scopes: dict[str, dict[str, Any]],
+        keys: _Keys,
+    ) -> AdkEvent:
+        stored = await self._store_event(session, event, scopes, keys)
+        if stored is None:
+            return event  # the same event again: already stored, nothing to apply
+        session._storage_update_marker = _marker(stored)
+        session.last_update_time = stored.updated_at.timestamp()
         return self._commit_event_to_session(session, event)
 
     async def _store_event(
@@ -475,9 +484,7 @@ class AgentSessionsSessionService(BaseSessionService):
         if scopes["app"]:
             await self._merge_scope(keys.app_state, None, keys.app_identity, scopes["app"])
         if scopes["user"]:
-            await self._merge_scope(
-                keys.user_state, keys.owner, keys.user_identity, scopes["user"]
-            )
+            await self._merge_scope(keys.user_state, keys.owner, keys.user_identity, scopes["user"])
         return stored
 
     @staticmethod
@@ -521,6 +528,18 @@ class AgentSessionsSessionService(BaseSessionService):
 
         saved = await self.manager.update(key, merge, user_id=owner, create=True)
         return dict(saved.state["state"])
+
+    @staticmethod
+    async def _gather(reads: list[Coroutine[Any, Any, T]]) -> list[T]:
+        """Run *reads* concurrently, a bounded number at a time, so that listing many
+        sessions neither runs them one by one nor floods the backend's pool."""
+        limit = asyncio.Semaphore(_LIST_CONCURRENCY)
+
+        async def bounded(read: Coroutine[Any, Any, T]) -> T:
+            async with limit:
+                return await read
+
+        return list(await asyncio.gather(*(bounded(read) for read in reads)))
 
     @asynccontextmanager
     async def _lock(self, key: str) -> AsyncIterator[None]:
