@@ -45,7 +45,7 @@ from ._records import (
 )
 from ._urls import mask_url, scrub_secret, split_url
 
-__all__ = ["MAX_ID_LENGTH", "ManagerOptions", "SessionManager", "validate_id"]
+__all__ = ["MAX_ID_LENGTH", "ManagerOptions", "SessionManager", "backoff", "validate_id"]
 
 MAX_ID_LENGTH = 255
 MAX_PAGE_SIZE = 1000
@@ -408,8 +408,7 @@ class SessionManager(abc.ABC):
             except SessionConflictError:
                 if attempt >= retries:
                     raise
-                # Jittered backoff: contenders spread out instead of colliding again.
-                await asyncio.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))
+                await backoff(attempt)
                 continue
             return session
         raise AssertionError("unreachable")  # pragma: no cover
@@ -530,6 +529,12 @@ class SessionManager(abc.ABC):
     async def _purge_expired(self, now: datetime) -> int:
         """Delete expired sessions; a backend whose engine expires data itself keeps this."""
         return 0
+
+
+async def backoff(attempt: int) -> None:
+    """Sleep a jittered, growing moment, so that contending writers spread out
+    instead of colliding again (used by every optimistic retry loop)."""
+    await asyncio.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))
 
 
 def _common_prefix(base: list[Event], events: list[Event]) -> int:

@@ -87,7 +87,9 @@ class MemorySessionManager(SessionManager):
             if last_events is None:
                 texts = list(stored.events)
             else:
-                texts = stored.events[len(stored.events) - last_events :] if last_events else []
+                texts = (
+                    stored.events[max(0, len(stored.events) - last_events) :] if last_events else []
+                )
         return LoadedSession(record, decode_events(texts))
 
     async def _save(self, request: SaveRequest, now: datetime) -> None:

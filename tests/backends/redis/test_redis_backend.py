@@ -250,9 +250,7 @@ def sent(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
     return written
 
 
-async def test_one_round_trip_per_save_and_per_load(
-    deployment: Factory, sent: list[bytes]
-) -> None:
+async def test_one_round_trip_per_save_and_per_load(deployment: Factory, sent: list[bytes]) -> None:
     manager: RedisSessionManager = await deployment()
     session = await manager.create("trips")
     await manager.save(session)  # the first call of each script may load it (NOSCRIPT)
@@ -436,8 +434,6 @@ def test_plugin_module_does_not_import_redis() -> None:
         "assert 'redis' not in sys.modules, 'redis imported';"
         "print(sorted(specs[0].schemes))"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=False
-    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     assert "redis+cluster" in done.stdout

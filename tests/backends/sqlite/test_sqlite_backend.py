@@ -413,9 +413,7 @@ async def test_a_held_lock_is_waited_for(db_url: str, db_path: Path) -> None:
         assert stored is not None and [e.content for e in stored.events] == ["waited"]
 
 
-async def test_a_lock_held_past_busy_timeout_is_a_clear_error(
-    db_url: str, db_path: Path
-) -> None:
+async def test_a_lock_held_past_busy_timeout_is_a_clear_error(db_url: str, db_path: Path) -> None:
     async with agentsessions.connect(db_url, busy_timeout=0.2) as manager:
         session = await manager.create("s")
         other = sqlite3.connect(db_path, isolation_level=None)

@@ -92,9 +92,7 @@ class PostgresSessionManager(SessionManager):
 
     Options: ClassVar[type[ManagerOptions]] = PostgresOptions
     driver_query_params: ClassVar[frozenset[str]] = DRIVER_QUERY_PARAMS
-    capabilities = Capabilities(
-        persistent=True, shared=True, ttl=True, namespaces=True
-    )
+    capabilities = Capabilities(persistent=True, shared=True, ttl=True, namespaces=True)
 
     def __init__(self, url: str, options: ManagerOptions | None = None) -> None:
         options = options if options is not None else PostgresOptions()

@@ -129,9 +129,7 @@ class RedisSessionManager(SessionManager):
             "ssl_ciphers",
         }
     )
-    capabilities = Capabilities(
-        persistent=True, shared=True, ttl=True, namespaces=True
-    )
+    capabilities = Capabilities(persistent=True, shared=True, ttl=True, namespaces=True)
 
     #: In a cluster a create writes its index entries before the session itself, so a
     #: reader may see an entry whose session is about to appear; readers leave entries
@@ -254,9 +252,7 @@ class RedisSessionManager(SessionManager):
             # NX kept an older entry's score, and a concurrent reader may have dropped
             # ours while the session did not exist yet: set the final score now.
             with self._guard():
-                await asyncio.gather(
-                    *(client.zadd(e.index, {e.member: e.score}) for e in entries)
-                )
+                await asyncio.gather(*(client.zadd(e.index, {e.member: e.score}) for e in entries))
             return
         await self._apply_fixes(
             [_Fix(e, None) for e, was_added in zip(entries, added, strict=True) if was_added]
@@ -314,9 +310,7 @@ class RedisSessionManager(SessionManager):
         script_keys = [keys.hash, keys.events]
         if not self.cluster:
             script_keys.append(self.keys.index)
-        result = await self._run(
-            self._delete_script, script_keys, [_now_us(), mode, user_id or ""]
-        )
+        result = await self._run(self._delete_script, script_keys, [_now_us(), mode, user_id or ""])
         verdict = int(result[0])
         if self.cluster and verdict in (0, 1):
             owner = result[1]

@@ -111,9 +111,7 @@ class Link:
 
     async def read(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(conn, *args)`` inside a read transaction: all its queries see one snapshot."""
-        result = await self._execute(
-            _transaction, self._raw, "BEGIN", self._busy_timeout, fn, args
-        )
+        result = await self._execute(_transaction, self._raw, "BEGIN", self._busy_timeout, fn, args)
         return cast(T, result)
 
     async def call(self, fn: Callable[..., T], *args: Any) -> T:

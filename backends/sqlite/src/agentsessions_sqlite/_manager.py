@@ -206,9 +206,7 @@ def _load(
     return LoadedSession(record, decode_events(list(map(_first, rows))))
 
 
-def _create(
-    conn: sqlite3.Connection, namespace: str, record: SessionRecord, now: int
-) -> bool:
+def _create(conn: sqlite3.Connection, namespace: str, record: SessionRecord, now: int) -> bool:
     cursor = conn.execute(
         _CREATE,
         (

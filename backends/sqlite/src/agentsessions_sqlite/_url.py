@@ -11,9 +11,7 @@ __all__ = ["MEMORY", "database_path"]
 
 MEMORY = ":memory:"
 
-_FORMS = (
-    "use sqlite:///relative/path.db, sqlite:////absolute/path.db or sqlite:///:memory:"
-)
+_FORMS = "use sqlite:///relative/path.db, sqlite:////absolute/path.db or sqlite:///:memory:"
 
 
 def database_path(url: str) -> str:

@@ -93,11 +93,13 @@ class GetTests(SuiteBase):
 
     async def test_get_last_events_larger_than_history(self, manager: SessionManager) -> None:
         """get(last_events=N) with N beyond the history loads every event."""
-        session = await self.session_with_events(manager, 5)
-        window = await manager.get(session.session_id, last_events=50)
-        assert window is not None
-        assert [e.content for e in window.events] == [f"e{i}" for i in range(5)]
-        assert window.first_event_position == 0
+        session = await self.session_with_events(manager, 6)
+        # 10 is less than twice the history: a naive events[count - N:] slice goes wrong.
+        for last in (10, 50):
+            window = await manager.get(session.session_id, last_events=last)
+            assert window is not None
+            assert [e.content for e in window.events] == [f"e{i}" for i in range(6)]
+            assert window.first_event_position == 0
 
     async def test_get_with_other_user_raises_ownership(self, manager: SessionManager) -> None:
         """get(user_id=...) of a session owned by another user raises SessionOwnershipError."""

@@ -1,5 +1,5 @@
-"""What both adapters share: loading the newest events, and finishing a write even if
-the caller is cancelled.
+"""What both adapters share: finishing a write even if the caller is cancelled, and
+the retry backoff.
 
 A framework may cancel the task that is saving (a guardrail trips, a client
 disconnects). A save cancelled half-way leaves the caller unable to tell whether it
@@ -11,14 +11,12 @@ same for its own sessions.
 from __future__ import annotations
 
 import asyncio
-import random
 from collections.abc import Awaitable
 from typing import TypeVar
 
-from .._manager import SessionManager
-from .._models import Session
+from .._manager import backoff
 
-__all__ = ["backoff", "finish_despite_cancellation", "get_newest"]
+__all__ = ["backoff", "finish_despite_cancellation"]
 
 T = TypeVar("T")
 
@@ -39,34 +37,3 @@ async def finish_despite_cancellation(awaitable: Awaitable[T]) -> T:
             raise cancelled from task.exception()
         raise cancelled
     return task.result()
-
-
-async def backoff(attempt: int) -> None:
-    """Sleep a jittered, growing moment so that contending writers spread out."""
-    await asyncio.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))
-
-
-async def get_newest(
-    manager: SessionManager, session_id: str, user_id: str | None, last_events: int | None
-) -> Session | None:
-    """``manager.get(..., last_events=...)``, correct even where a backend is not.
-
-    The in-memory reference backend (core/_memory.py) slices ``events[count - N:]``,
-    so asking for more events than are stored returns too FEW (a negative start).
-    A short window that does not start at position 0 can only be that bug; reading
-    the whole history then gives the right answer. Remove once core is fixed.
-    """
-    session = await manager.get(session_id, user_id=user_id, last_events=last_events)
-    if (
-        session is not None
-        and last_events is not None
-        and session.first_event_position > 0
-        and len(session.events) < last_events
-    ):
-        session = await manager.get(session_id, user_id=user_id)
-        if session is not None:
-            newest = session.events[-last_events:] if last_events else []
-            offset = len(session.events) - len(newest)
-            session.events = newest
-            session._mark_loaded(offset=offset, partial=True)
-    return session

@@ -95,7 +95,7 @@ from .._errors import (
 )
 from .._manager import SessionManager
 from .._models import Event, Session
-from ._shared import finish_despite_cancellation, get_newest
+from ._shared import finish_despite_cancellation
 
 __all__ = ["AgentSessionsSessionService"]
 
@@ -313,7 +313,7 @@ class AgentSessionsSessionService(BaseSessionService):
         keys = _Keys(app_name, user_id)
         last_events = None if config is None else config.num_recent_events
         stored, app_state, user_state = await asyncio.gather(
-            get_newest(self.manager, keys.session(session_id), None, last_events),
+            self.manager.get(keys.session(session_id), last_events=last_events),
             self._read_scope(keys.app_state, keys.app_identity),
             self._read_scope(keys.user_state, keys.user_identity),
         )

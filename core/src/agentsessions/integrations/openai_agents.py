@@ -38,7 +38,7 @@ from agents.memory.session_settings import (
 from .._errors import InvalidInputError, SessionConflictError, SessionExistsError
 from .._manager import DEFAULT_UPDATE_RETRIES, SessionManager, validate_id
 from .._models import Event, Session
-from ._shared import backoff, finish_despite_cancellation, get_newest
+from ._shared import backoff, finish_despite_cancellation
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
@@ -107,7 +107,9 @@ class AgentSessionsSession(SessionABC):
         effective = resolve_session_limit(limit, self.session_settings)
         if effective is not None and effective < 0:
             effective = None  # the SDK's SQLite session reads everything for a negative limit
-        session = await get_newest(self.manager, self.session_id, self.user_id, effective)
+        session = await self.manager.get(
+            self.session_id, user_id=self.user_id, last_events=effective
+        )
         if session is None:
             return []
         # Every load decodes fresh objects from storage, so handing out the stored
