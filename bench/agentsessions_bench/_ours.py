@@ -84,6 +84,9 @@ class OurStore(Store):
                 index += 1
             await self._manager.save(session)
 
+    def forget(self, session_id: str) -> None:
+        self._held.pop(session_id, None)
+
     async def turn(self, session_id: str, last: int | None) -> float:
         started = time.perf_counter()
         session = await self._manager.get(session_id, last_events=last)

@@ -302,6 +302,9 @@ class _AdkStore(Store):
         await self._service.append_event(session, _adk_event("user", 0))
         await self._service.append_event(session, _adk_event("assistant", 1))
 
+    def forget(self, session_id: str) -> None:
+        self._held.pop(session_id, None)
+
     async def turn(self, session_id: str, last: int | None) -> float:
         started = time.perf_counter()
         session = await self._get(session_id, last)

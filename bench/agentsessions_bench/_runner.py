@@ -125,6 +125,7 @@ async def _latency(store: Store, config: Config, result: StoreResult) -> None:
         gc.collect()
         for op in range(config.ops):
             session_id = sessions[op % len(sessions)]
+            store.forget(session_id)
             started = time.perf_counter()
             read = await store.turn(session_id, None)
             samples["turn_full"].append(time.perf_counter() - started)
@@ -132,6 +133,7 @@ async def _latency(store: Store, config: Config, result: StoreResult) -> None:
             started = time.perf_counter()
             await store.append(session_id)
             samples["append"].append(time.perf_counter() - started)
+            store.forget(session_id)
             started = time.perf_counter()
             read = await store.turn(session_id, LAST_EVENTS)
             samples["turn_last"].append(time.perf_counter() - started)
@@ -148,6 +150,7 @@ async def _throughput(store: Store, config: Config, result: StoreResult) -> None
 
     async def agent(session_id: str) -> None:
         for _ in range(config.throughput_turns):
+            store.forget(session_id)
             started = time.perf_counter()
             await store.turn(session_id, None)
             latencies.append(time.perf_counter() - started)

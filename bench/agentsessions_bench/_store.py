@@ -88,6 +88,13 @@ class Store(abc.ABC):
     async def create(self, session_id: str, history: int) -> None:
         """Create a session holding *history* events, written in bulk (untimed)."""
 
+    def forget(self, session_id: str) -> None:  # noqa: B027 - only stores that hold copies
+        """Drop the copy held for *session_id*; called untimed before each turn.
+
+        Freeing a 5,000-event session costs milliseconds (thousands of objects); it
+        would otherwise be charged to whatever turn happened to replace it.
+        """
+
     @abc.abstractmethod
     async def turn(self, session_id: str, last: int | None) -> float:
         """Read the session (newest *last* events, or all), append two messages, save.
