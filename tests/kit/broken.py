@@ -112,17 +112,7 @@ class LeakyNamespaceManager(MemorySessionManager):
         records.sort(key=lambda r: (r.created_at, r.session_id), reverse=True)
         if after is not None:
             records = [r for r in records if (r.created_at, r.session_id) < after]
-        return [
-            SessionSummary(
-                session_id=r.session_id,
-                user_id=r.user_id,
-                created_at=r.created_at,
-                updated_at=r.updated_at,
-                event_count=r.event_count,
-                version=r.version,
-            )
-            for r in records[:limit]
-        ]
+        return [record.summary() for record in records[:limit]]
 
 
 BROKEN: dict[str, type[SessionManager]] = {

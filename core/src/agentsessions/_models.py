@@ -97,31 +97,12 @@ class _LoadedState:
         return _LoadedState(version, list(events), self.offset, self.partial, ids)
 
 
-class Session(BaseModel):
-    """One conversation: its events in order, a JSON state dict, owner and version.
+class EventsAndState:
+    """Conveniences over ``events`` and ``state``, shared by `Session` and the runtime's
+    ``ExecutionContext`` (which forwards both to its session when it has one)."""
 
-    A Session is a detached copy. Changing it changes nothing stored until
-    `SessionManager.save`, which writes exactly what changed since the copy was loaded.
-    """
-
-    model_config = ConfigDict(extra="forbid", validate_assignment=False)
-
-    session_id: str
-    user_id: str | None = None
-    events: list[Event] = Field(default_factory=list)
-    state: dict[str, Any] = Field(default_factory=dict)
-    created_at: AwareDatetime = Field(default_factory=utcnow)
-    updated_at: AwareDatetime = Field(default_factory=utcnow)
-    version: int = 0
-
-    _loaded: _LoadedState | None = PrivateAttr(default=None)
-
-    @field_validator("created_at", "updated_at")
-    @classmethod
-    def _times_in_utc(cls, value: datetime) -> datetime:
-        return _to_utc(value)
-
-    # -- conveniences -----------------------------------------------------------------
+    events: list[Event]
+    state: dict[str, Any]
 
     def add_event(self, author: str, content: Any = None, **metadata: Any) -> Event:
         """Append a new event and return it."""
@@ -145,6 +126,31 @@ class Session(BaseModel):
         found = self.get_model(key, model_type)
         self.state.pop(key, None)
         return found
+
+
+class Session(BaseModel, EventsAndState):
+    """One conversation: its events in order, a JSON state dict, owner and version.
+
+    A Session is a detached copy. Changing it changes nothing stored until
+    `SessionManager.save`, which writes exactly what changed since the copy was loaded.
+    """
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=False)
+
+    session_id: str
+    user_id: str | None = None
+    events: list[Event] = Field(default_factory=list)
+    state: dict[str, Any] = Field(default_factory=dict)
+    created_at: AwareDatetime = Field(default_factory=utcnow)
+    updated_at: AwareDatetime = Field(default_factory=utcnow)
+    version: int = 0
+
+    _loaded: _LoadedState | None = PrivateAttr(default=None)
+
+    @field_validator("created_at", "updated_at")
+    @classmethod
+    def _times_in_utc(cls, value: datetime) -> datetime:
+        return _to_utc(value)
 
     @property
     def is_partial(self) -> bool:

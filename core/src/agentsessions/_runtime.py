@@ -24,9 +24,7 @@ had loaded is not merged either; it raises.
 from __future__ import annotations
 
 import abc
-import asyncio
 import copy
-import random
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -52,9 +50,9 @@ from ._errors import (
     SessionExistsError,
     SessionNotFoundError,
 )
-from ._manager import SessionManager
+from ._manager import SessionManager, backoff
 from ._memory import MemorySessionManager
-from ._models import Event, Session
+from ._models import Event, EventsAndState, Session
 
 __all__ = [
     "MERGE_RETRIES",
@@ -101,7 +99,7 @@ class RunResult:
         return self.session_id is not None
 
 
-class ExecutionContext:
+class ExecutionContext(EventsAndState):
     """Everything one run of an agent works with: events, state, tools, and the session.
 
     Build one with `run_context` (which loads and saves the session), or directly:
@@ -184,26 +182,6 @@ class ExecutionContext:
             self._own_state = value
         else:
             self._session.state = value
-
-    def add_event(self, author: str, content: Any = None, **metadata: Any) -> Event:
-        """Append a new event and return it."""
-        event = Event(author=author, content=content, metadata=metadata)
-        self.events.append(event)
-        return event
-
-    def put_model(self, key: str, model: BaseModel) -> None:
-        """Store a pydantic model in ``state[key]`` as plain JSON."""
-        self.state[key] = model.model_dump(mode="json")
-
-    def get_model(self, key: str, model_type: type[ModelT]) -> ModelT | None:
-        """``state[key]`` validated as *model_type*; None when absent."""
-        raw = self.state.get(key)
-        return None if raw is None else model_type.model_validate(raw)
-
-    def pop_model(self, key: str, model_type: type[ModelT]) -> ModelT | None:
-        found = self.get_model(key, model_type)
-        self.state.pop(key, None)
-        return found
 
     @property
     def new_events(self) -> list[Event]:
@@ -389,7 +367,7 @@ class ExecutionContext:
             try:
                 await self._manager.save(fresh)
             except SessionConflictError:
-                await asyncio.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))
+                await backoff(attempt)
                 continue
             return fresh
         raise conflict

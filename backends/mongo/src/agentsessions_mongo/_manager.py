@@ -597,17 +597,7 @@ class MongoSessionManager(SessionManager):
                 .limit(limit)
                 .to_list(None)
             )
-        return [
-            SessionSummary(
-                session_id=record.session_id,
-                user_id=record.user_id,
-                created_at=record.created_at,
-                updated_at=record.updated_at,
-                event_count=record.event_count,
-                version=record.version,
-            )
-            for record in (record_of({**doc, "state": ""}) for doc in docs)
-        ]
+        return [record_of({**doc, "state": ""}).summary() for doc in docs]
 
     async def _purge_expired(self, now: datetime) -> int:
         """Delete expired sessions with their events, then events no session owns.
