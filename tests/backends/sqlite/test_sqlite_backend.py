@@ -470,3 +470,16 @@ async def test_read_only_directory(tmp_path: Path) -> None:
             await agentsessions.connect(f"sqlite:///{locked}/x.db").open()
     finally:
         locked.chmod(0o700)
+
+
+async def test_the_private_aiosqlite_api_the_backend_relies_on_is_there(tmp_path: Path) -> None:
+    """`Link` runs whole transactions via aiosqlite's private Connection._execute and
+    ._conn; if an aiosqlite release changes them, this fails before users do."""
+    import inspect
+
+    import aiosqlite
+
+    async with aiosqlite.connect(tmp_path / "probe.db") as conn:
+        assert isinstance(conn._conn, sqlite3.Connection)
+        assert inspect.iscoroutinefunction(conn._execute)
+        assert await conn._execute(lambda: 41 + 1) == 42
