@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
@@ -213,7 +213,7 @@ class PostgresFloor(_Floor):
 
     async def open(self) -> None:
         try:
-            import asyncpg
+            import asyncpg  # type: ignore[import-untyped,unused-ignore]
         except ImportError as exc:
             raise StoreUnavailable("asyncpg is not installed") from exc
         try:
@@ -450,7 +450,7 @@ class MongoFloor(_Floor):
         return int(await self._events.count_documents({"sid": session_id}))
 
 
-FLOORS: dict[str, type[_Floor]] = {
+FLOORS: dict[str, Callable[[str], Store]] = {
     "memory": MemoryFloor,
     "sqlite": SqliteFloor,
     "postgres": PostgresFloor,

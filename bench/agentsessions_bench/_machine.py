@@ -88,7 +88,7 @@ async def server_versions(servers: dict[str, str]) -> dict[str, str]:
 
 async def _version_of(engine: str, url: str) -> str:
     if engine == "postgres":
-        import asyncpg
+        import asyncpg  # type: ignore[import-untyped,unused-ignore]
 
         conn = await asyncpg.connect(url)
         try:

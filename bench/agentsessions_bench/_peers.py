@@ -434,7 +434,7 @@ def _sqlalchemy_pg_url(url: str) -> str:
 
 
 async def _create_pg_schema(url: str, schema: str) -> None:
-    import asyncpg
+    import asyncpg  # type: ignore[import-untyped,unused-ignore]
 
     try:
         conn = await asyncpg.connect(url)
@@ -447,7 +447,7 @@ async def _create_pg_schema(url: str, schema: str) -> None:
 
 
 async def _drop_pg_schema(url: str, schema: str) -> None:
-    import asyncpg
+    import asyncpg  # type: ignore[import-untyped,unused-ignore]
 
     conn = await asyncpg.connect(url)
     try:

@@ -9,11 +9,12 @@ Redis key prefixes and namespaces, SQLite files in a temporary directory.
 from __future__ import annotations
 
 import contextlib
+import functools
 import shutil
 import sys
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -77,7 +78,7 @@ def _find_server(kind: str) -> str:
     tests = Path(__file__).resolve().parents[2] / "tests"
     if tests.is_dir() and str(tests) not in sys.path:
         sys.path.insert(0, str(tests))
-    import servers
+    import servers  # type: ignore[import-not-found,unused-ignore]
 
     url: str = servers.find(kind)
     return url
@@ -89,7 +90,7 @@ def _with_database(url: str, database: str) -> str:
 
 
 async def _create_pg_database(url: str, name: str) -> None:
-    import asyncpg
+    import asyncpg  # type: ignore[import-untyped,unused-ignore]
 
     conn = await asyncpg.connect(url)
     try:
@@ -99,7 +100,7 @@ async def _create_pg_database(url: str, name: str) -> None:
 
 
 async def _drop_pg_database(url: str, name: str) -> None:
-    import asyncpg
+    import asyncpg  # type: ignore[import-untyped,unused-ignore]
 
     conn = await asyncpg.connect(url)
     try:
@@ -127,7 +128,7 @@ async def plan_suite(
     """Plan a run over *engines*; on exit, remove every file and database it made."""
     plan = Plan()
     workdir = Path(tempfile.mkdtemp(prefix="agentsessions-bench-"))
-    cleanups: list[Callable[[], object]] = []
+    cleanups: list[Callable[[], Awaitable[None]]] = []
     run_id = uuid.uuid4().hex[:10]
 
     def sqlite_file(tag: str) -> str:
@@ -151,22 +152,18 @@ async def plan_suite(
                 except Exception as exc:
                     plan.skipped.append({"engine": engine, "reason": f"PostgreSQL: {exc}"})
                     continue
-                admin = where
-                cleanups.append(lambda admin=admin, db=database: _drop_pg_database(admin, db))
+                cleanups.append(functools.partial(_drop_pg_database, where, database))
                 where = _with_database(where, database)
             if engine == "mongo":
                 database = f"agentsessions_bench_{run_id}"
-                admin = where
-                cleanups.append(lambda admin=admin, db=database: _drop_mongo_database(admin, db))
+                cleanups.append(functools.partial(_drop_mongo_database, where, database))
                 where = _with_database(where, database)
             _add_engine(plan, engine, where, problem, sqlite_file, peers)
         yield plan
     finally:
         for cleanup in reversed(cleanups):
             try:
-                result = cleanup()
-                if hasattr(result, "__await__"):
-                    await result  # type: ignore[misc]
+                await cleanup()
             except Exception as exc:
                 print(f"cleanup failed: {exc}", file=sys.stderr)
         shutil.rmtree(workdir, ignore_errors=True)

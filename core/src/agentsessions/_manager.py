@@ -32,7 +32,7 @@ from ._errors import (
     SessionNotFoundError,
     SessionOwnershipError,
 )
-from ._models import Event, Session, SessionPage, SessionSummary, _LoadedState, utcnow
+from ._models import Event, Session, SessionPage, SessionSummary, utcnow
 from ._records import (
     Capabilities,
     EventRecord,
@@ -43,6 +43,7 @@ from ._records import (
     encode_cursor,
     encode_event,
 )
+from ._tracking import LoadedState, mark_loaded
 from ._urls import mask_url, scrub_secret, split_url
 
 __all__ = ["MAX_ID_LENGTH", "ManagerOptions", "SessionManager", "backoff", "validate_id"]
@@ -240,7 +241,7 @@ class SessionManager(abc.ABC):
             updated_at=now,
             version=1,
         )
-        session._mark_loaded()
+        mark_loaded(session)
         return session
 
     async def get(
@@ -272,7 +273,7 @@ class SessionManager(abc.ABC):
             updated_at=record.updated_at,
             version=record.version,
         )
-        session._mark_loaded(offset=offset, partial=last_events is not None)
+        mark_loaded(session, offset=offset, partial=last_events is not None)
         return session
 
     async def get_or_create(self, session_id: str, user_id: str | None = None) -> Session:
@@ -303,7 +304,7 @@ class SessionManager(abc.ABC):
             loaded = await self._adopt(session)
         events = session.events
         base = loaded.events
-        keep_in_window = _common_prefix(base, events)
+        keep_in_window = loaded.unchanged_prefix(events)
         removed = len(base) - keep_in_window
         added = events[keep_in_window:]
         if loaded.partial and removed and added:
@@ -336,9 +337,10 @@ class SessionManager(abc.ABC):
         await self._save(request, now)
         session.version = new_version
         session.updated_at = now
-        session._loaded = loaded.after_save(new_version, events, keep_in_window)
+        session._loaded = loaded
+        loaded.saved(session, new_version, keep_in_window)
 
-    async def _adopt(self, session: Session) -> _LoadedState:
+    async def _adopt(self, session: Session) -> LoadedState:
         """A Session built by hand: save it as a full rewrite of the stored one."""
         stored = await self._load(session.session_id, 0, utcnow())
         if stored is None:
@@ -351,15 +353,16 @@ class SessionManager(abc.ABC):
             )
         # Stand-in events: nothing in the new list is identical to them, so all is rewritten.
         placeholder = Event(author="-")
-        return _LoadedState(
+        return LoadedState(
             version=stored.record.version,
             events=[placeholder] * stored.record.event_count,
             offset=0,
             partial=False,
+            tracked=None,
         )
 
     def _encode_new_events(
-        self, loaded: _LoadedState, events: list[Event], start: int, keep: int
+        self, loaded: LoadedState, events: list[Event], start: int, keep: int
     ) -> list[EventRecord]:
         # Ids are checked against the loaded events (a partial load sees only its
         # window); the set is kept on the load so repeated appends stay O(new events).
@@ -535,16 +538,3 @@ async def backoff(attempt: int) -> None:
     """Sleep a jittered, growing moment, so that contending writers spread out
     instead of colliding again (used by every optimistic retry loop)."""
     await asyncio.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))
-
-
-def _common_prefix(base: list[Event], events: list[Event]) -> int:
-    """How many leading events are unchanged since the load."""
-    size = len(base)
-    # The usual case, an append, is settled by one C-level list comparison (which
-    # compares by identity first), so it costs almost nothing even for long histories.
-    if len(events) >= size and events[:size] == base:
-        return size
-    for index, (old, new) in enumerate(zip(base, events, strict=False)):
-        if old is not new and old != new:
-            return index
-    return min(size, len(events))

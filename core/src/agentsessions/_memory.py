@@ -100,15 +100,16 @@ class MemorySessionManager(SessionManager):
                 raise SessionNotFoundError(session_id)
             if stored.record.version != request.expected_version:
                 raise SessionConflictError(session_id, request.expected_version)
-            events = stored.events[: request.keep]
-            events.extend(event.data for event in request.new_events)
             # Ownership and creation time never change through a save.
-            record = replace(
+            stored.record = replace(
                 request.record,
                 user_id=stored.record.user_id,
                 created_at=stored.record.created_at,
             )
-            self._space[session_id] = _Stored(record, events)
+            # In place, under the lock, after every check: O(changed events), and no
+            # reader can see a half-applied save.
+            del stored.events[request.keep :]
+            stored.events.extend(event.data for event in request.new_events)
 
     async def _delete(self, session_id: str) -> bool:
         with self._store.lock:

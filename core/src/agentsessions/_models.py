@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import operator
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -38,9 +37,6 @@ def _to_utc(value: datetime) -> datetime:
     return value
 
 
-_event_id = operator.attrgetter("id")
-
-
 def _new_event_id() -> str:
     return uuid.uuid4().hex
 
@@ -67,34 +63,6 @@ class Event(BaseModel):
     @field_serializer("timestamp")
     def _timestamp_in_utc(self, value: datetime) -> datetime:
         return _to_utc(value)
-
-
-@dataclass(slots=True)
-class _LoadedState:
-    """What a Session looked like when it came out of (or last went into) the store."""
-
-    version: int
-    events: list[Event]
-    offset: int  # absolute position of events[0]; > 0 only for a partial load
-    partial: bool
-    ids: set[str] | None = None  # ids of `events`, built on the first save that needs it
-
-    def ids_of_prefix(self, length: int) -> set[str]:
-        """The ids of ``events[:length]``; cached when that is the whole list. Do not mutate."""
-        if length != len(self.events):
-            return {event.id for event in self.events[:length]}
-        if self.ids is None:
-            self.ids = set(map(_event_id, self.events))
-        return self.ids
-
-    def after_save(self, version: int, events: list[Event], kept: int) -> _LoadedState:
-        """The state once a save of *events*, keeping the first *kept* loaded ones, landed."""
-        ids = None
-        if self.ids is not None and kept == len(self.events):
-            # A pure append: extend the cached set instead of rebuilding it.
-            ids = self.ids
-            ids.update(event.id for event in events[kept:])
-        return _LoadedState(version, list(events), self.offset, self.partial, ids)
 
 
 class EventsAndState:
@@ -145,7 +113,9 @@ class Session(BaseModel, EventsAndState):
     updated_at: AwareDatetime = Field(default_factory=utcnow)
     version: int = 0
 
-    _loaded: _LoadedState | None = PrivateAttr(default=None)
+    # What the copy looked like when loaded or last saved (a `_tracking.LoadedState`),
+    # so that save() writes only what changed; None for a Session built by hand.
+    _loaded: Any = PrivateAttr(default=None)
 
     @field_validator("created_at", "updated_at")
     @classmethod
@@ -155,17 +125,12 @@ class Session(BaseModel, EventsAndState):
     @property
     def is_partial(self) -> bool:
         """True when loaded with ``last_events``: ``events`` holds only the newest ones."""
-        return self._loaded is not None and self._loaded.partial
+        return self._loaded is not None and bool(self._loaded.partial)
 
     @property
     def first_event_position(self) -> int:
         """Position in the full history of ``events[0]`` (0 unless partially loaded)."""
-        return self._loaded.offset if self._loaded is not None else 0
-
-    def _mark_loaded(self, *, offset: int = 0, partial: bool = False) -> None:
-        self._loaded = _LoadedState(
-            version=self.version, events=list(self.events), offset=offset, partial=partial
-        )
+        return int(self._loaded.offset) if self._loaded is not None else 0
 
     def _check_serializable(self) -> None:
         _json.check_json(self.state, "state")

@@ -159,24 +159,25 @@ class Statements:
     # $1 ns, $2 id, $3 now [, $4 last_events]
     load_record: str = """
         SELECT user_id, state, version, event_count, created_at, updated_at, expires_at,
-               NULL::text AS events
+               NULL::text[] AS events
         FROM {s}.agentsessions_sessions
         WHERE namespace = $1 AND session_id = $2 AND (expires_at IS NULL OR expires_at > $3)
     """
     load_all: str = """
         SELECT user_id, state, version, event_count, created_at, updated_at, expires_at,
-               (SELECT '[' || string_agg(e.data::text, ',' ORDER BY e.position) || ']'
-                FROM {s}.agentsessions_events e
-                WHERE e.namespace = $1 AND e.session_id = $2) AS events
+               ARRAY(SELECT e.data::text FROM {s}.agentsessions_events e
+                     WHERE e.namespace = $1 AND e.session_id = $2
+                     ORDER BY e.position) AS events
         FROM {s}.agentsessions_sessions
         WHERE namespace = $1 AND session_id = $2 AND (expires_at IS NULL OR expires_at > $3)
     """
     load_last: str = """
         SELECT user_id, state, version, event_count, created_at, updated_at, expires_at,
-               (SELECT '[' || string_agg(w.data::text, ',' ORDER BY w.position) || ']'
-                FROM (SELECT e.position, e.data FROM {s}.agentsessions_events e
-                      WHERE e.namespace = $1 AND e.session_id = $2
-                      ORDER BY e.position DESC LIMIT $4) w) AS events
+               ARRAY(SELECT w.data::text
+                     FROM (SELECT e.position, e.data FROM {s}.agentsessions_events e
+                           WHERE e.namespace = $1 AND e.session_id = $2
+                           ORDER BY e.position DESC LIMIT $4) w
+                     ORDER BY w.position) AS events
         FROM {s}.agentsessions_sessions
         WHERE namespace = $1 AND session_id = $2 AND (expires_at IS NULL OR expires_at > $3)
     """

@@ -1,0 +1,167 @@
+"""What a loaded Session remembers, so that a save writes only what changed.
+
+`SessionManager.save` must write exactly what changed since a load. Comparing the
+whole list against a snapshot costs time proportional to the history on every save;
+with this list, the common case (events only appended) is known in constant time,
+so an append costs the same at 5,000 events as at 0. Any list still works: a
+session whose ``events`` was replaced by a plain list is compared in full.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, SupportsIndex
+
+from ._models import Event, Session
+
+__all__ = ["EventList", "LoadedState", "common_prefix", "mark_loaded"]
+
+_event_id = operator.attrgetter("id")
+
+
+class EventList(list[Event]):
+    """A ``list[Event]`` that tracks ``first_change``: every position before it still
+    holds the event it held when tracking was last reset."""
+
+    __slots__ = ("first_change",)
+
+    def __init__(self, events: Iterable[Event] = ()) -> None:
+        super().__init__(events)
+        self.first_change = len(self)
+
+    def reset_tracking(self) -> None:
+        """Mark the current contents as the new baseline (after a load or a save)."""
+        self.first_change = len(self)
+
+    def _changed_from(self, position: int) -> None:
+        if position < self.first_change:
+            self.first_change = max(position, 0)
+
+    def _position(self, index: SupportsIndex) -> int:
+        position = index.__index__()
+        return position + len(self) if position < 0 else position
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        if isinstance(key, slice):
+            start, stop, step = key.indices(len(self))
+            self._changed_from(min(start, stop) if step < 0 else start)
+        else:
+            self._changed_from(self._position(key))
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: Any) -> None:
+        if isinstance(key, slice):
+            start, stop, step = key.indices(len(self))
+            self._changed_from(min(start, stop + 1) if step < 0 else start)
+        else:
+            self._changed_from(self._position(key))
+        super().__delitem__(key)
+
+    def insert(self, index: SupportsIndex, value: Event) -> None:
+        self._changed_from(min(self._position(index), len(self)))
+        super().insert(index, value)
+
+    def pop(self, index: SupportsIndex = -1) -> Event:
+        self._changed_from(self._position(index))
+        return super().pop(index)
+
+    def remove(self, value: Event) -> None:
+        position = self.index(value)
+        self._changed_from(position)
+        super().__delitem__(position)
+
+    def clear(self) -> None:
+        self._changed_from(0)
+        super().clear()
+
+    def sort(self, *args: Any, **kwargs: Any) -> None:
+        self._changed_from(0)
+        super().sort(*args, **kwargs)
+
+    def reverse(self) -> None:
+        self._changed_from(0)
+        super().reverse()
+
+    def __imul__(self, count: SupportsIndex) -> EventList:
+        if count.__index__() <= 0:
+            self._changed_from(0)
+        super().__imul__(count)
+        return self
+
+
+@dataclass(slots=True)
+class LoadedState:
+    """A session's events and version as the store holds them, kept in step by save()."""
+
+    version: int
+    events: list[Event]  # a private copy of the stored window; shares the (immutable) events
+    offset: int  # absolute position of events[0]; > 0 only for a partial load
+    partial: bool
+    tracked: EventList | None  # the list handed to the caller, if it is still theirs
+    ids: set[str] | None = None  # ids of `events`, built on the first save that needs it
+
+    def unchanged_prefix(self, current: list[Event]) -> int:
+        """How many leading events of *current* are the stored ones."""
+        if current is not self.tracked:
+            return common_prefix(self.events, current)
+        # Everything before first_change is known unchanged; compare only the rest, so
+        # an append costs nothing and an edit costs what follows it.
+        start = min(current.first_change, len(self.events))
+        return start + common_prefix(self.events[start:], current[start:])
+
+    def ids_of_prefix(self, length: int) -> set[str]:
+        """The ids of ``events[:length]``; cached when that is the whole list. Do not mutate."""
+        if length != len(self.events):
+            return {event.id for event in self.events[:length]}
+        if self.ids is None:
+            self.ids = set(map(_event_id, self.events))
+        return self.ids
+
+    def saved(self, session: Session, version: int, kept: int) -> None:
+        """Record that *session* was saved at *version*, keeping the first *kept* events.
+
+        Costs what changed, not the history: the private copy is cut and extended, the
+        id set extended on a pure append, and the caller's list re-baselined.
+        """
+        current = session.events
+        added = current[kept:]
+        if self.ids is not None:
+            if kept == len(self.events):
+                self.ids.update(map(_event_id, added))
+            else:
+                self.ids = None
+        del self.events[kept:]
+        self.events.extend(added)
+        self.version = version
+        if current is self.tracked:
+            current.reset_tracking()
+        else:
+            # The caller replaced the list: track the new one from now on (once O(n)).
+            self.tracked = session.events = EventList(current)
+
+
+def mark_loaded(session: Session, *, offset: int = 0, partial: bool = False) -> None:
+    """Start tracking *session* as it came out of the store."""
+    tracked = EventList(session.events)
+    session.events = tracked
+    session._loaded = LoadedState(
+        version=session.version,
+        events=list(tracked),
+        offset=offset,
+        partial=partial,
+        tracked=tracked,
+    )
+
+
+def common_prefix(base: list[Event], events: list[Event]) -> int:
+    """How many leading events are unchanged, by comparison (for untracked lists)."""
+    size = len(base)
+    # One C-level list comparison (identity first) settles the usual append.
+    if len(events) >= size and events[:size] == base:
+        return size
+    for index, (old, new) in enumerate(zip(base, events, strict=False)):
+        if old is not new and old != new:
+            return index
+    return min(size, len(events))
