@@ -73,3 +73,20 @@ def conformance(session: nox.Session, backend: str) -> None:
     else:
         args = [f"tests/backends/{backend}"]
     session.run("pytest", *args, *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def bench(session: nox.Session) -> None:
+    """Benchmarks against the raw drivers and the OpenAI SDK / Google ADK stores (~11 min).
+
+    Not a default session: it installs the peers into its own environment, and the
+    figures mean something only on a quiet machine. ``nox -s bench -- --quick``.
+    """
+    session.install(
+        *_editable(
+            "core",
+            *(f"backends/{name}" for name in BACKENDS[1:]),
+            "bench[peers,plot,profile]",
+        )
+    )
+    session.run("python", "-m", "agentsessions_bench", *session.posargs)
