@@ -10,12 +10,13 @@ falls on every store alike instead of on whichever ran last.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import statistics
 import sys
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -108,6 +109,30 @@ def _sessions_per_size(size: int, ops: int) -> int:
     return max(1, -(-ops // per_session))
 
 
+def _quiet_gc() -> None:
+    """Collect now, then freeze what survives (the peers' imported modules above all).
+
+    A full collection walks every live object, and this process holds google-adk,
+    openai-agents and SQLAlchemy: one landing inside a timed turn cost milliseconds
+    unrelated to the store being measured, and it landed more often on whichever store
+    allocated more. Frozen objects are skipped by later collections.
+    """
+    gc.collect()
+    gc.freeze()
+
+
+@contextlib.contextmanager
+def _no_gc() -> Iterator[None]:
+    """No collection inside a timed operation (as timeit does); young generations are
+    collected right after, untimed, so garbage does not pile up."""
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+        gc.collect(1)
+
+
 async def _latency(store: Store, config: Config, result: StoreResult) -> None:
     # Warm-up: connections, prepared statements and caches, untimed.
     warm = new_session_id("warm")
@@ -122,22 +147,25 @@ async def _latency(store: Store, config: Config, result: StoreResult) -> None:
         samples: dict[str, list[float]] = {
             name: [] for name in ("turn_full", "read_full", "append", "turn_last", "read_last")
         }
-        gc.collect()
+        _quiet_gc()
         for op in range(config.ops):
             session_id = sessions[op % len(sessions)]
             store.forget(session_id)
-            started = time.perf_counter()
-            read = await store.turn(session_id, None)
-            samples["turn_full"].append(time.perf_counter() - started)
-            samples["read_full"].append(read)
-            started = time.perf_counter()
-            await store.append(session_id)
-            samples["append"].append(time.perf_counter() - started)
+            with _no_gc():
+                started = time.perf_counter()
+                read = await store.turn(session_id, None)
+                samples["turn_full"].append(time.perf_counter() - started)
+                samples["read_full"].append(read)
+            with _no_gc():
+                started = time.perf_counter()
+                await store.append(session_id)
+                samples["append"].append(time.perf_counter() - started)
             store.forget(session_id)
-            started = time.perf_counter()
-            read = await store.turn(session_id, LAST_EVENTS)
-            samples["turn_last"].append(time.perf_counter() - started)
-            samples["read_last"].append(read)
+            with _no_gc():
+                started = time.perf_counter()
+                read = await store.turn(session_id, LAST_EVENTS)
+                samples["turn_last"].append(time.perf_counter() - started)
+                samples["read_last"].append(read)
         for name, values in samples.items():
             result.add_latency(name, size, values)
 
@@ -155,10 +183,11 @@ async def _throughput(store: Store, config: Config, result: StoreResult) -> None
             await store.turn(session_id, None)
             latencies.append(time.perf_counter() - started)
 
-    gc.collect()
-    started = time.perf_counter()
-    await asyncio.gather(*(agent(session_id) for session_id in sessions))
-    elapsed = time.perf_counter() - started
+    _quiet_gc()
+    with _no_gc():
+        started = time.perf_counter()
+        await asyncio.gather(*(agent(session_id) for session_id in sessions))
+        elapsed = time.perf_counter() - started
     result.throughput.setdefault("turns_per_s", []).append(len(latencies) / elapsed)
     result.throughput.setdefault("p50_ms", []).append(statistics.median(latencies) * 1e3)
     result.throughput.setdefault("p95_ms", []).append(_percentile(latencies, 0.95) * 1e3)
@@ -173,10 +202,11 @@ async def _contention(store: Store, config: Config, result: StoreResult) -> None
         for _ in range(config.updates_per_writer):
             retries.append(await store.contended_update(session_id))
 
-    gc.collect()
-    started = time.perf_counter()
-    await asyncio.gather(*(writer() for _ in range(config.writers)))
-    elapsed = time.perf_counter() - started
+    _quiet_gc()
+    with _no_gc():
+        started = time.perf_counter()
+        await asyncio.gather(*(writer() for _ in range(config.writers)))
+        elapsed = time.perf_counter() - started
     expected = 2 * config.writers * config.updates_per_writer
     landed = await store.count(session_id)
     result.contention_ok = result.contention_ok and landed == expected
