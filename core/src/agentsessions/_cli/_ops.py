@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import pydantic
+from rich import box
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -175,7 +176,11 @@ def _ls(args: argparse.Namespace) -> int:
             for summary in summaries:
                 print(_summary_json(summary))
             return EXIT_OK
-        table = Table("session", "user", "created", "updated", "events", "version")
+        table = Table(box=box.SIMPLE_HEAD)
+        table.add_column("session", min_width=7, overflow="fold")  # ids are never cut
+        table.add_column("user", min_width=4, overflow="fold")
+        for name in ("created", "updated", "events", "version"):
+            table.add_column(name, no_wrap=True)  # timestamps stay on one line
         for s in summaries:
             table.add_row(
                 s.session_id,
