@@ -72,3 +72,16 @@ def test_add_event_appends_and_returns_it() -> None:
     assert event.metadata == {"channel": "web"}
     assert not session.is_partial
     assert session.first_event_position == 0
+
+
+def test_session_fields_keep_their_documented_order() -> None:
+    # The JSON Lines export writes fields in this order; a mixin must not reorder them.
+    assert list(Session.model_fields) == [
+        "session_id",
+        "user_id",
+        "events",
+        "state",
+        "created_at",
+        "updated_at",
+        "version",
+    ]

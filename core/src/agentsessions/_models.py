@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import (
     AwareDatetime,
@@ -69,8 +69,11 @@ class EventsAndState:
     """Conveniences over ``events`` and ``state``, shared by `Session` and the runtime's
     ``ExecutionContext`` (which forwards both to its session when it has one)."""
 
-    events: list[Event]
-    state: dict[str, Any]
+    # For the type checker only: as real annotations pydantic would take them for
+    # fields of Session and put them first in its field (and JSON) order.
+    if TYPE_CHECKING:
+        events: list[Event]
+        state: dict[str, Any]
 
     def add_event(self, author: str, content: Any = None, **metadata: Any) -> Event:
         """Append a new event and return it."""
