@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 
 from pydantic import TypeAdapter
 
@@ -28,7 +28,26 @@ __all__ = [
     "decode_cursor",
     "decode_events",
     "encode_cursor",
+    "from_micros",
+    "to_micros",
 ]
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def to_micros(when: datetime) -> int:
+    """Integer microseconds since the epoch, for engines that store timestamps as numbers.
+
+    Exact (timedelta arithmetic; a float timestamp loses microseconds past 2**53) and
+    ordered like the datetimes, so an index on it sorts sessions correctly.
+    """
+    return (when - _EPOCH) // _MICROSECOND
+
+
+def from_micros(value: int) -> datetime:
+    """The timezone-aware UTC datetime `to_micros` encoded."""
+    return _EPOCH + timedelta(microseconds=value)
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,8 @@ from ._records import (
     decode_cursor,
     decode_events,
     encode_cursor,
+    from_micros,
+    to_micros,
 )
 from ._registry import BackendSpec, hookimpl, hookspec
 from ._urls import mask_url, scrub_secret, split_url
@@ -33,10 +35,12 @@ __all__ = [
     "decode_cursor",
     "decode_events",
     "encode_cursor",
+    "from_micros",
     "hookimpl",
     "hookspec",
     "mask_url",
     "scrub_secret",
     "split_url",
+    "to_micros",
     "validate_id",
 ]

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from agentsessions.backend import EventRecord, SessionRecord
+from agentsessions.backend import EventRecord, SessionRecord, from_micros, to_micros
 from bson import ObjectId
 
 __all__ = [
@@ -46,11 +46,9 @@ __all__ = [
     "SessionInfo",
     "event_docs",
     "expiry_date",
-    "from_micros",
     "info_of",
     "is_expired",
     "live_filter",
-    "micros",
     "new_event_pairs",
     "range_filter",
     "record_of",
@@ -63,23 +61,13 @@ Segment = tuple[int, ObjectId]
 """(first position, generation): the generation owns positions from here to the next start."""
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-_MICROSECOND = timedelta(microseconds=1)
-
-
-def micros(when: datetime) -> int:
-    """*when* as integer microseconds since the epoch (exact, no float rounding)."""
-    return (when - _EPOCH) // _MICROSECOND
-
-
-def from_micros(value: int) -> datetime:
-    return _EPOCH + timedelta(microseconds=value)
 
 
 def expiry_date(when: datetime | None) -> datetime | None:
     """*when* rounded up to BSON's millisecond, so expiry never comes early."""
     if when is None:
         return None
-    return _EPOCH + timedelta(milliseconds=-(-micros(when) // 1000))
+    return _EPOCH + timedelta(milliseconds=-(-to_micros(when) // 1000))
 
 
 def is_expired(doc: dict[str, Any], now: datetime) -> bool:
@@ -122,8 +110,8 @@ def session_doc(record: SessionRecord, incarnation: ObjectId, gen: ObjectId) -> 
         "user_id": record.user_id,
         "state": record.state,
         "version": record.version,
-        "created_at": micros(record.created_at),
-        "updated_at": micros(record.updated_at),
+        "created_at": to_micros(record.created_at),
+        "updated_at": to_micros(record.updated_at),
         "expires_at": expiry_date(record.expires_at),
         "event_count": record.event_count,
         "incarnation": incarnation,

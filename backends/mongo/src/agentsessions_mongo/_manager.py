@@ -57,6 +57,7 @@ from agentsessions.backend import (
     SessionRecord,
     decode_events,
     scrub_secret,
+    to_micros,
     validate_id,
 )
 from bson import ObjectId
@@ -83,7 +84,6 @@ from ._layout import (
     info_of,
     is_expired,
     live_filter,
-    micros,
     new_event_pairs,
     range_filter,
     record_of,
@@ -378,7 +378,7 @@ class MongoSessionManager(SessionManager):
         update: Doc = {
             "state": record.state,
             "version": record.version,
-            "updated_at": micros(record.updated_at),
+            "updated_at": to_micros(record.updated_at),
             "expires_at": expiry_date(record.expires_at),
             "event_count": record.event_count,
         }
@@ -573,7 +573,7 @@ class MongoSessionManager(SessionManager):
         if user_id is not None:
             query["user_id"] = validate_id(user_id, "user_id")
         if after is not None:
-            created, last_id = micros(after[0]), validate_id(after[1], "cursor")
+            created, last_id = to_micros(after[0]), validate_id(after[1], "cursor")
             conditions.append(
                 {
                     "$or": [

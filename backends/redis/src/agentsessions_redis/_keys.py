@@ -24,28 +24,13 @@ from __future__ import annotations
 
 import base64
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
 
 __all__ = [
     "SessionKeys",
     "KeyLayout",
-    "from_micros",
     "global_member",
     "split_global_member",
-    "to_micros",
 ]
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-_MICRO = timedelta(microseconds=1)
-
-
-def to_micros(when: datetime) -> int:
-    """Microseconds since the epoch: exact, and orders like the datetimes do."""
-    return (when - _EPOCH) // _MICRO
-
-
-def from_micros(value: int) -> datetime:
-    return _EPOCH + timedelta(microseconds=value)
 
 
 def _tag(value: str) -> str:

@@ -32,7 +32,9 @@ from agentsessions.backend import (
     SessionManager,
     SessionRecord,
     decode_events,
+    from_micros,
     scrub_secret,
+    to_micros,
 )
 from pydantic import Field
 from redis import exceptions as redis_errors
@@ -44,7 +46,7 @@ from redis.commands.core import AsyncScript
 
 from . import _scripts
 from ._client import CLUSTER_SCHEMES, make_client, split_cluster_url
-from ._keys import KeyLayout, from_micros, global_member, split_global_member, to_micros
+from ._keys import KeyLayout, global_member, split_global_member
 
 __all__ = ["RedisOptions", "RedisSessionManager"]
 

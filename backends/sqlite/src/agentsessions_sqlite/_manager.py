@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from operator import itemgetter
 from typing import ClassVar
 
@@ -30,6 +30,8 @@ from agentsessions.backend import (
     SessionManager,
     SessionRecord,
     decode_events,
+    from_micros,
+    to_micros,
 )
 
 from ._connection import Link, connect, is_busy
@@ -39,22 +41,11 @@ from ._url import MEMORY, database_path
 
 __all__ = ["SQLiteSessionManager"]
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-_MICROSECOND = timedelta(microseconds=1)
 _first = itemgetter(0)
 
 
-def _to_micros(when: datetime) -> int:
-    # Integer arithmetic on timedeltas is exact; float timestamps are not, past 2^53 µs.
-    return (when - _EPOCH) // _MICROSECOND
-
-
-def _from_micros(micros: int) -> datetime:
-    return _EPOCH + timedelta(microseconds=micros)
-
-
 def _optional_micros(when: datetime | None) -> int | None:
-    return None if when is None else _to_micros(when)
+    return None if when is None else to_micros(when)
 
 
 # -- statements ----------------------------------------------------------------------
@@ -197,9 +188,9 @@ def _load(
         user_id=user_id,
         state=state,
         version=version,
-        created_at=_from_micros(created),
-        updated_at=_from_micros(updated),
-        expires_at=None if expires is None else _from_micros(expires),
+        created_at=from_micros(created),
+        updated_at=from_micros(updated),
+        expires_at=None if expires is None else from_micros(expires),
         event_count=event_count,
     )
     # One batch decode of every event (pydantic-core); map() keeps the unpacking in C.
@@ -215,8 +206,8 @@ def _create(conn: sqlite3.Connection, namespace: str, record: SessionRecord, now
             record.user_id,
             record.state,
             record.version,
-            _to_micros(record.created_at),
-            _to_micros(record.updated_at),
+            to_micros(record.created_at),
+            to_micros(record.updated_at),
             _optional_micros(record.expires_at),
             record.event_count,
             now,
@@ -238,7 +229,7 @@ def _save(conn: sqlite3.Connection, namespace: str, request: SaveRequest, now: i
         (
             record.state,
             record.version,
-            _to_micros(record.updated_at),
+            to_micros(record.updated_at),
             _optional_micros(record.expires_at),
             record.event_count,
             namespace,
@@ -301,8 +292,8 @@ def _list(
         SessionSummary(
             session_id=session_id,
             user_id=owner,
-            created_at=_from_micros(created),
-            updated_at=_from_micros(updated),
+            created_at=from_micros(created),
+            updated_at=from_micros(updated),
             event_count=event_count,
             version=version,
         )
@@ -434,7 +425,7 @@ class SQLiteSessionManager(SessionManager):
     async def _create(self, record: SessionRecord, now: datetime) -> None:
         writer, _ = self._links()
         try:
-            created = await writer.write(_create, self.options.namespace, record, _to_micros(now))
+            created = await writer.write(_create, self.options.namespace, record, to_micros(now))
         except sqlite3.Error as exc:
             raise self._failure(exc) from exc
         if not created:
@@ -450,7 +441,7 @@ class SQLiteSessionManager(SessionManager):
                 self.options.namespace,
                 session_id,
                 last_events,
-                _to_micros(now),
+                to_micros(now),
                 self._utf8,
             )
         except sqlite3.Error as exc:
@@ -459,13 +450,13 @@ class SQLiteSessionManager(SessionManager):
     async def _save(self, request: SaveRequest, now: datetime) -> None:
         writer, _ = self._links()
         try:
-            await writer.write(_save, self.options.namespace, request, _to_micros(now))
+            await writer.write(_save, self.options.namespace, request, to_micros(now))
         except sqlite3.Error as exc:
             raise self._failure(exc) from exc
 
     async def _delete(self, session_id: str) -> bool:
         writer, _ = self._links()
-        now = _to_micros(datetime.now(timezone.utc))
+        now = to_micros(datetime.now(timezone.utc))
         try:
             return await writer.write(_delete, self.options.namespace, session_id, now)
         except sqlite3.Error as exc:
@@ -473,7 +464,7 @@ class SQLiteSessionManager(SessionManager):
 
     async def _delete_user(self, user_id: str) -> int:
         writer, _ = self._links()
-        now = _to_micros(datetime.now(timezone.utc))
+        now = to_micros(datetime.now(timezone.utc))
         try:
             return await writer.write(_delete_user, self.options.namespace, user_id, now)
         except sqlite3.Error as exc:
@@ -487,10 +478,10 @@ class SQLiteSessionManager(SessionManager):
         now: datetime,
     ) -> list[SessionSummary]:
         _, reader = self._links()
-        position = None if after is None else (_to_micros(after[0]), after[1])
+        position = None if after is None else (to_micros(after[0]), after[1])
         try:
             return await reader.call(
-                _list, self.options.namespace, user_id, limit, position, _to_micros(now)
+                _list, self.options.namespace, user_id, limit, position, to_micros(now)
             )
         except sqlite3.Error as exc:
             raise self._failure(exc) from exc
@@ -498,6 +489,6 @@ class SQLiteSessionManager(SessionManager):
     async def _purge_expired(self, now: datetime) -> int:
         writer, _ = self._links()
         try:
-            return await writer.write(_purge_expired, self.options.namespace, _to_micros(now))
+            return await writer.write(_purge_expired, self.options.namespace, to_micros(now))
         except sqlite3.Error as exc:
             raise self._failure(exc) from exc
