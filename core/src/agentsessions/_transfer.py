@@ -4,11 +4,13 @@ A session is written to its destination with `SessionManager.create` (never
 overwrites) and then one `save` of its events. If a run stops between the two, the
 destination holds a session at version 1 with the source's state and none of its
 events: `transfer_session` recognises exactly that leftover and completes it on the
-next run, so an interrupted copy is resumed rather than duplicated or skipped.
+next run, so an interrupted copy is resumed rather than duplicated or skipped. A
+failure or cancellation the process survives removes the half-written copy at once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import enum
 from collections.abc import AsyncIterator
 
@@ -66,7 +68,14 @@ async def transfer_session(destination: SessionManager, source: Session) -> Outc
             return await transfer_session(destination, source)
         if source.events:
             created.events.extend(source.events)
-            await destination.save(created)
+            try:
+                await destination.save(created)
+            except BaseException:
+                # Interrupted or failed between the two writes: take back the empty
+                # session we created (a hard kill leaves it for the next run to complete).
+                with contextlib.suppress(Exception):
+                    await destination.delete(source.session_id)
+                raise
         return Outcome.CREATED
     if same_content(existing, source):
         return Outcome.SKIPPED

@@ -300,7 +300,7 @@ def _import(args: argparse.Namespace) -> int:
                 handle.seek(0)
             async with connect(args.url) as manager:
                 for number, session in _read_export(handle, name):
-                    outcome = await _import_one(manager, session)
+                    outcome = await transfer_session(manager, session)
                     if outcome not in (Outcome.SKIPPED, Outcome.DIFFERS):
                         counts[outcome.value] += 1
                     elif args.on_exists == "skip":
@@ -315,22 +315,6 @@ def _import(args: argparse.Namespace) -> int:
         return EXIT_OK
 
     return run(main)
-
-
-async def _import_one(manager: SessionManager, session: Session) -> Outcome:
-    """Transfer one session; if interrupted midway, remove the half-written copy."""
-    created_here = False
-    try:
-        existed = await manager.get(session.session_id) is not None
-        created_here = not existed
-        return await transfer_session(manager, session)
-    except BaseException:
-        if created_here:
-            with contextlib.suppress(Exception):
-                stored = await manager.get(session.session_id)
-                if stored is not None and not same_content(stored, session):
-                    await manager.delete(session.session_id)
-        raise
 
 
 def _report(counts: Counter[str]) -> None:
