@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ._clock import FrozenClock
+from ._inventory import Inventory, memory_inventory
 from ._state import BackendInfo, ClauseResult
 
 # ``-p agentsessions_conformance`` registers this package itself as the plugin (and the
@@ -30,7 +32,16 @@ if TYPE_CHECKING:
     from ._runner import ConformanceRun, run
     from ._suite import SessionManagerTests
 
-__all__ = ["BackendInfo", "ClauseResult", "ConformanceRun", "SessionManagerTests", "run"]
+__all__ = [
+    "BackendInfo",
+    "ClauseResult",
+    "ConformanceRun",
+    "FrozenClock",
+    "Inventory",
+    "SessionManagerTests",
+    "memory_inventory",
+    "run",
+]
 __version__ = "0.1.0"
 
 
