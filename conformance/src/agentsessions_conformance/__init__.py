@@ -14,8 +14,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ._clock import FrozenClock
-from ._inventory import Inventory, memory_inventory
+from ._inventory import Inventory, memory_inventory, sqlite_inventory
 from ._state import BackendInfo, ClauseResult
+from ._version import __version__
 
 # ``-p agentsessions_conformance`` registers this package itself as the plugin (and the
 # pytest11 entry point, registered under the same name, then steps aside), so the
@@ -39,10 +40,11 @@ __all__ = [
     "FrozenClock",
     "Inventory",
     "SessionManagerTests",
+    "__version__",
     "memory_inventory",
     "run",
+    "sqlite_inventory",
 ]
-__version__ = "0.1.0"
 
 
 def __getattr__(name: str) -> Any:

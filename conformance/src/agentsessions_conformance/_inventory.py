@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    import sqlite3
+
     from agentsessions import SessionManager
 
-__all__ = ["Inventory", "memory_inventory"]
+__all__ = ["Inventory", "memory_inventory", "sqlite_inventory", "url_mode_inventory"]
 
 
 @dataclass(frozen=True)
@@ -43,3 +45,37 @@ def memory_inventory(manager: SessionManager, session_id: str) -> Inventory:
         if stored is None:
             return Inventory(records=0)
         return Inventory(records=1, events=list(range(len(stored.events))))
+
+
+def _sqlite_rows(conn: sqlite3.Connection, namespace: str, session_id: str) -> Inventory:
+    key = (namespace, session_id)
+    (records,) = conn.execute(
+        "SELECT count(*) FROM agentsessions_sessions WHERE namespace = ? AND session_id = ?", key
+    ).fetchone()
+    rows = conn.execute(
+        "SELECT position FROM agentsessions_events WHERE namespace = ? AND session_id = ?", key
+    ).fetchall()
+    return Inventory(records=records, events=[position for (position,) in rows])
+
+
+async def sqlite_inventory(manager: SessionManager, session_id: str) -> Inventory:
+    """`Inventory` of the SQLite backend, by plain SQL on its tables."""
+    from agentsessions_sqlite import SQLiteSessionManager
+
+    if not isinstance(manager, SQLiteSessionManager):
+        raise TypeError(f"sqlite_inventory needs a SQLiteSessionManager, not {manager!r}")
+    await manager.open()
+    # Through the manager's own connection: a :memory: database exists nowhere else.
+    writer: Any = manager._writer
+    result: Inventory = await writer.call(_sqlite_rows, manager.options.namespace, session_id)
+    return result
+
+
+async def url_mode_inventory(manager: SessionManager, session_id: str) -> Inventory | None:
+    """The inventory URL mode can take without adopter code: memory and SQLite; else None."""
+    kind = f"{type(manager).__module__}.{type(manager).__qualname__}"
+    if kind.startswith("agentsessions._memory."):
+        return memory_inventory(manager, session_id)
+    if kind.startswith("agentsessions_sqlite."):
+        return await sqlite_inventory(manager, session_id)
+    return None

@@ -2,36 +2,13 @@
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import agentsessions
 import pytest
 from agentsessions import SessionManager
-from agentsessions_conformance import Inventory, SessionManagerTests
-from agentsessions_sqlite import SQLiteSessionManager
-
-
-def _inventory(conn: sqlite3.Connection, namespace: str, session_id: str) -> Inventory:
-    key = (namespace, session_id)
-    (records,) = conn.execute(
-        "SELECT count(*) FROM agentsessions_sessions WHERE namespace = ? AND session_id = ?", key
-    ).fetchone()
-    rows = conn.execute(
-        "SELECT position FROM agentsessions_events WHERE namespace = ? AND session_id = ?", key
-    ).fetchall()
-    return Inventory(records=records, events=[position for (position,) in rows])
-
-
-async def sqlite_inventory(manager: SessionManager, session_id: str) -> Inventory:
-    """What the SQLite file (or :memory: database) holds for *session_id*."""
-    assert isinstance(manager, SQLiteSessionManager)
-    await manager.open()
-    # Through the manager's own connection: a :memory: database exists nowhere else.
-    writer = manager._writer
-    assert writer is not None
-    return await writer.call(_inventory, manager.options.namespace, session_id)
+from agentsessions_conformance import Inventory, SessionManagerTests, sqlite_inventory
 
 
 class TestSQLiteFileConformance(SessionManagerTests):

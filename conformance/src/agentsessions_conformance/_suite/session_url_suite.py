@@ -10,9 +10,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 import pytest_asyncio
-from agentsessions import MemorySessionManager, SessionManager, connect
+from agentsessions import SessionManager, connect
 
-from .._inventory import Inventory, memory_inventory
+from .._inventory import Inventory, url_mode_inventory
 from ..plugin import URL_KEY
 from . import SessionManagerTests
 
@@ -26,8 +26,9 @@ class TestSessionUrl(SessionManagerTests):
             yield manager
 
     async def raw_inventory(self, manager: SessionManager, session_id: str) -> Inventory:
-        # URL mode knows the storage of the reference backend only; any other backend
-        # needs a subclass with its own hook, and its storage clauses fail until then.
-        if isinstance(manager, MemorySessionManager):
-            return memory_inventory(manager, session_id)
-        return await super().raw_inventory(manager, session_id)
+        # URL mode knows the storage of memory and SQLite only; any other backend needs
+        # a subclass with its own hook, and its storage clauses fail until then.
+        found = await url_mode_inventory(manager, session_id)
+        if found is None:
+            return await super().raw_inventory(manager, session_id)
+        return found
