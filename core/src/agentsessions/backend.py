@@ -12,10 +12,11 @@ What every hook may rely on, and must honour:
 
 - **Called on an open manager.** The public methods call `SessionManager._open`
   first (once, lazily) and never call a hook after `SessionManager.close`.
-- **"now"** is the manager's clock reading for the public call that reached the hook:
-  a timezone-aware UTC `datetime`, taken once per call and passed to every hook that
-  needs it. Compare expiry against it, never against the engine's own clock, so that
-  one call sees one instant.
+- **"now"** is the reading of the manager's `SessionManager.clock` (the system UTC
+  clock unless set with ``connect(url, clock=...)``) for the public call that reached
+  the hook: a timezone-aware UTC `datetime`, taken once per call and passed to every
+  hook that needs it. Compare expiry against it, never against the engine's own clock
+  or `datetime.now`, so that one call sees one instant and a test clock rules them all.
 - **Expiry.** With the ``ttl`` option a written record has
   ``expires_at = now + ttl`` (`SessionManager._expiry`), else None. A session is
   expired when ``expires_at is not None and expires_at <= now``; an expired session is
