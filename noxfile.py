@@ -19,9 +19,15 @@ nox.options.sessions = ["lint", "typecheck", "tests", "conformance"]
 
 PYTHON = os.environ.get("AGENTSESSIONS_NOX_PYTHON") or None  # None: the Python running nox
 BACKENDS = ("memory", "sqlite", "postgres", "redis", "mongo")
-# Core with its framework extras: the adapters are type-checked and tested against them.
-MEMBERS = ("core[openai-agents,adk]", "conformance", *(f"backends/{name}" for name in BACKENDS[1:]))
+# Core with its framework extras (and OpenTelemetry): type-checked and tested against them.
+MEMBERS = (
+    "core[openai-agents,adk,otel]",
+    "conformance",
+    *(f"backends/{name}" for name in BACKENDS[1:]),
+)
 TEST_DEPS = ("pytest>=8.3", "pytest-asyncio>=1.0", "hypothesis>=6.100")
+# The instrumentation tests read spans and metrics back from the SDK's in-memory exporters.
+OTEL_TEST_DEPS = ("opentelemetry-sdk>=1.27",)
 
 
 def _editable(*paths: str) -> list[str]:
@@ -49,7 +55,7 @@ def typecheck(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
     """The project's own tests: core, kit self-tests, runtime, CLI, cross-backend."""
-    session.install(*TEST_DEPS, "redis>=5.2", *_editable(*MEMBERS))
+    session.install(*TEST_DEPS, *OTEL_TEST_DEPS, "redis>=5.2", *_editable(*MEMBERS))
     session.run(
         "pytest",
         "tests",

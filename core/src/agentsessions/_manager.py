@@ -19,7 +19,7 @@ from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from . import _json
+from . import _instrumentation, _json, _log
 from ._errors import (
     BackendUnavailableError,
     InvalidInputError,
@@ -115,6 +115,11 @@ class SessionManager(abc.ABC):
     #: What this backend supports beyond the mandatory operations. A backend whose
     #: capabilities depend on its URL (SQLite's ``:memory:``) sets it per instance.
     capabilities: Capabilities = Capabilities()
+    #: The engine's OpenTelemetry ``db.system.name`` ("" means the URL scheme).
+    db_system: ClassVar[str] = ""
+    #: A server backend's default port: set, it makes instrumentation report the
+    #: URL's host, port and database (``server.address``, ...). None: an embedded engine.
+    default_port: ClassVar[int | None] = None
 
     def __init__(self, url: str, options: ManagerOptions) -> None:
         self._url = url
@@ -122,6 +127,7 @@ class SessionManager(abc.ABC):
         self._open_lock: asyncio.Lock | None = None
         self._opened = False
         self._closed = False
+        _instrumentation.track(self)
 
     # -- construction -----------------------------------------------------------------
 
@@ -157,7 +163,9 @@ class SessionManager(abc.ABC):
         connection really reads back.
         """
         merged = {**self.options.model_dump(exclude_unset=True), **changes}
-        return type(self)(self._url, self.parse_options(merged))
+        copy = type(self)(self._url, self.parse_options(merged))
+        _instrumentation.inherit(self, copy)
+        return copy
 
     @property
     def url(self) -> str:
@@ -179,8 +187,13 @@ class SessionManager(abc.ABC):
             self._open_lock = asyncio.Lock()
         async with self._open_lock:
             if not self._opened:
-                await self._open()
+                try:
+                    await self._open()
+                except BackendUnavailableError as exc:
+                    _instrumentation.connection_failed(self, exc)
+                    raise
                 self._opened = True
+                _instrumentation.connection_opened(self)
 
     async def close(self) -> None:
         """Release connections. Idempotent; the manager cannot be used afterwards."""
@@ -410,6 +423,7 @@ class SessionManager(abc.ABC):
                 await self.save(session)
             except SessionConflictError:
                 if attempt >= retries:
+                    _log.retries_exhausted(self, retries)
                     raise
                 await backoff(attempt)
                 continue
@@ -481,7 +495,14 @@ class SessionManager(abc.ABC):
     def _unavailable(self, exc: BaseException) -> BackendUnavailableError:
         """A `BackendUnavailableError` for *exc*, with every trace of the password masked."""
         reason = scrub_secret(f"{type(exc).__name__}: {exc}", self._url)
-        return BackendUnavailableError(self.url, reason)
+        error = BackendUnavailableError(self.url, reason)
+        if self._opened:
+            _instrumentation.connection_lost(self, error)
+        return error
+
+    def _migrations_applied(self, from_version: int, to_version: int) -> None:
+        """Log that `_open` migrated the schema (operators want to know when)."""
+        _log.migrations_applied(self, from_version, to_version)
 
     # -- what a backend implements ------------------------------------------------------
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import pluggy
 
+from . import _instrumentation
 from ._errors import BackendConflictError, InvalidInputError, UnknownBackendError
 from ._manager import SessionManager
 from ._urls import mask_url
@@ -181,11 +182,13 @@ def scheme_of(url: str) -> str:
     return scheme.lower()
 
 
-def connect(url: str, **options: Any) -> SessionManager:
+def connect(url: str, *, instrument: object = None, **options: Any) -> SessionManager:
     """A manager for *url*, e.g. ``connect("sqlite:///sessions.db?ttl=3600")``.
 
     Cheap and synchronous: nothing connects until first use (or ``await manager.open()``).
     Options come from the URL's query string and from keyword arguments.
+    ``instrument`` turns instrumentation on for this manager: ``True`` (OpenTelemetry),
+    a plugin, a plugin's name, or a list of them (see `agentsessions.instrument`).
     """
     scheme = scheme_of(url)
     backends = installed_backends()
@@ -198,4 +201,8 @@ def connect(url: str, **options: Any) -> SessionManager:
         else:
             hint = f"pip install {dist}" if dist else ""
         raise UnknownBackendError(scheme, backends, hint)
-    return spec.load().from_url(url, **options)
+    manager = spec.load().from_url(url, **options)
+    if instrument is not None and instrument is not False:
+        plugins = instrument if isinstance(instrument, (list, tuple)) else [instrument]
+        _instrumentation.instrument(*plugins, manager=manager)
+    return manager
