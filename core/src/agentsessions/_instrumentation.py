@@ -480,6 +480,12 @@ def uninstrument(*plugins: object, manager: SessionManager | None = None) -> Non
         scope[:] = [p for p in scope if not any(p is r for r in removing)]
         for target in list(_live) if manager is None else [manager]:
             _refresh(target)
+        # A named plugin nobody uses any more is built afresh by the next instrument(),
+        # with the providers of that moment.
+        in_use = [*_global, *(p for plugins in _local.values() for p in plugins)]
+        for name, plugin in list(_named.items()):
+            if not any(plugin is p for p in in_use):
+                del _named[name]
 
 
 # -- connection health, for the operator's log ----------------------------------------
