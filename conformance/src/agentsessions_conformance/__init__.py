@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ._state import BackendInfo, ClauseResult
+from ._version import __version__
 
 # ``-p agentsessions_conformance`` registers this package itself as the plugin (and the
 # pytest11 entry point, registered under the same name, then steps aside), so the
@@ -30,8 +31,14 @@ if TYPE_CHECKING:
     from ._runner import ConformanceRun, run
     from ._suite import SessionManagerTests
 
-__all__ = ["BackendInfo", "ClauseResult", "ConformanceRun", "SessionManagerTests", "run"]
-__version__ = "0.1.0"
+__all__ = [
+    "BackendInfo",
+    "ClauseResult",
+    "ConformanceRun",
+    "SessionManagerTests",
+    "__version__",
+    "run",
+]
 
 
 def __getattr__(name: str) -> Any:
