@@ -50,7 +50,7 @@ MEMBERS = (
 )
 TEST_DEPS = ("pytest>=8.3", "pytest-asyncio>=1.0", "hypothesis>=6.100")
 # The instrumentation tests read spans and metrics back from the SDK's in-memory exporters.
-OTEL_TEST_DEPS = ("opentelemetry-sdk>=1.27",)
+OTEL_TEST_DEPS = ("opentelemetry-sdk>=1.30",)
 
 
 def _editable(*paths: str) -> list[str]:
@@ -115,7 +115,7 @@ def bench(session: nox.Session) -> None:
         *_editable(
             "core",
             *(f"backends/{name}" for name in BACKENDS[1:]),
-            "bench[peers,plot,profile]",
+            "bench[peers,plot,profile,otel]",
         )
     )
     session.run("python", "-m", "agentsessions_bench", *session.posargs)
@@ -257,6 +257,8 @@ def lowest(session: nox.Session) -> None:
     LOWEST versions its metadata allows (uv's ``--resolution lowest-direct``): a floor
     that is declared but broken fails here instead of on a user's machine.
     """
-    session.install("--resolution", "lowest-direct", *TEST_DEPS, *_editable(*MEMBERS))
+    session.install(
+        "--resolution", "lowest-direct", *TEST_DEPS, *OTEL_TEST_DEPS, *_editable(*MEMBERS)
+    )
     session.run("uv", "pip", "list", external=True, silent=False)
     session.run("pytest", "tests", *session.posargs)
