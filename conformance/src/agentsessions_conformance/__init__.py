@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ._clock import FrozenClock
+from ._inventory import Inventory, memory_inventory, sqlite_inventory
 from ._state import BackendInfo, ClauseResult
 from ._version import __version__
 
@@ -35,9 +37,13 @@ __all__ = [
     "BackendInfo",
     "ClauseResult",
     "ConformanceRun",
+    "FrozenClock",
+    "Inventory",
     "SessionManagerTests",
     "__version__",
+    "memory_inventory",
     "run",
+    "sqlite_inventory",
 ]
 
 

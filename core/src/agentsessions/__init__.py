@@ -5,6 +5,7 @@ through the `SessionManager` it returns. Backend authors start at
 `agentsessions.backend`.
 """
 
+from ._clock import Clock, SystemClock
 from ._errors import (
     BackendConflictError,
     BackendUnavailableError,
@@ -41,6 +42,7 @@ __all__ = [
     "BackendSpec",
     "BackendUnavailableError",
     "Capabilities",
+    "Clock",
     "Event",
     "InvalidInputError",
     "InvalidOptionError",
@@ -59,6 +61,7 @@ __all__ = [
     "SessionPage",
     "SessionSerializationError",
     "SessionSummary",
+    "SystemClock",
     "UnknownBackendError",
     "__version__",
     "connect",
