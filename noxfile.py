@@ -2,8 +2,9 @@
 
 Each conformance session installs only core, the kit and ONE backend, so a backend
 that forgot to declare a dependency fails there instead of passing by accident.
-Servers are found by tests/servers: set AGENTSESSIONS_REQUIRE_SERVERS=1 (CI does) to
-turn a missing server into a failure instead of a skip.
+Servers are found by the test-server tooling (tools/testservers, installed in every
+session that runs tests): set AGENTSESSIONS_REQUIRE_SERVERS=1 (CI does) to turn a
+missing server into a failure instead of a skip.
 """
 
 from __future__ import annotations
@@ -19,8 +20,17 @@ nox.options.sessions = ["lint", "typecheck", "tests", "conformance"]
 
 PYTHON = os.environ.get("AGENTSESSIONS_NOX_PYTHON") or None  # None: the Python running nox
 BACKENDS = ("memory", "sqlite", "postgres", "redis", "mongo")
-# Core with its framework extras: the adapters are type-checked and tested against them.
-MEMBERS = ("core[openai-agents,adk]", "conformance", *(f"backends/{name}" for name in BACKENDS[1:]))
+# Finds or starts the database servers; every session that runs tests needs it.
+TESTSERVERS = "tools/testservers"
+# Core with the command line and its framework extras: the adapters are type-checked and
+# tested against them. The bench package brings the `bench` verb and its smoke test.
+MEMBERS = (
+    "core[cli,openai-agents,adk]",
+    "conformance",
+    *(f"backends/{name}" for name in BACKENDS[1:]),
+    "bench",
+    TESTSERVERS,
+)
 TEST_DEPS = ("pytest>=8.3", "pytest-asyncio>=1.0", "hypothesis>=6.100")
 
 
@@ -48,31 +58,23 @@ def typecheck(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
-    """The project's own tests: core, kit self-tests, runtime, CLI, cross-backend."""
+    """The project's own tests: core, kit self-tests, runtime, CLI, tools, cross-backend.
+
+    tests/backends (memory included) is run per backend by `conformance`.
+    """
     session.install(*TEST_DEPS, "redis>=5.2", *_editable(*MEMBERS))
-    session.run(
-        "pytest",
-        "tests",
-        "--ignore=tests/backends",
-        # Run by conformance(backend='memory'), where only core and the kit are installed.
-        "--ignore=tests/kit/test_memory_conformance.py",
-        *session.posargs,
-    )
+    session.run("pytest", "tests", "--ignore=tests/backends", *session.posargs)
 
 
 @nox.session(python=PYTHON)
 @nox.parametrize("backend", BACKENDS)
 def conformance(session: nox.Session, backend: str) -> None:
     """The conformance kit and the backend's own tests, with only that backend installed."""
-    members = ["core", "conformance"]
+    members = ["core", "conformance", TESTSERVERS]
     if backend != "memory":
         members.append(f"backends/{backend}")
     session.install(*TEST_DEPS, *_editable(*members))
-    if backend == "memory":
-        args = ["tests/kit/test_memory_conformance.py"]
-    else:
-        args = [f"tests/backends/{backend}"]
-    session.run("pytest", *args, *session.posargs)
+    session.run("pytest", f"tests/backends/{backend}", *session.posargs)
 
 
 @nox.session(python=PYTHON)
@@ -87,6 +89,7 @@ def bench(session: nox.Session) -> None:
             "core",
             *(f"backends/{name}" for name in BACKENDS[1:]),
             "bench[peers,plot,profile]",
+            TESTSERVERS,
         )
     )
     session.run("python", "-m", "agentsessions_bench", *session.posargs)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kit._run import Run, run_pytest
+from conformance._run import Run, run_pytest
 
 MODULE = """
 import uuid
@@ -12,7 +12,7 @@ import uuid
 import pytest_asyncio
 from agentsessions_conformance import SessionManagerTests
 
-from kit.broken import BROKEN
+from conformance.broken import BROKEN
 from agentsessions import MemorySessionManager
 
 
