@@ -6,6 +6,7 @@ import dataclasses
 import json
 
 import agentsessions_bench as bench
+import pytest
 from agentsessions_bench._floors import MemoryFloor
 from agentsessions_bench._ours import OurStore
 from agentsessions_bench._report import evaluate_targets, render_markdown
@@ -101,3 +102,16 @@ async def test_report_marks_targets_and_renders_every_store() -> None:
     assert "| agentsessions | **ours** |" in markdown
     assert "| raw dict | floor |" in markdown
     assert "### Targets" in markdown
+
+
+async def test_the_instrumentation_case_times_both_arms_and_renders() -> None:
+    from agentsessions_bench._overhead import measure_instrumentation, render_instrumentation
+
+    config = dataclasses.replace(TINY, rounds=1, overhead_turns=4, overhead_history=5)
+    (row,) = await measure_instrumentation({"memory": "memory://"}, config)
+    assert row["engine"] == "memory"
+    assert row["disabled_ms"] > 0 and row["enabled_ms"] > 0
+    assert row["ratio"] == pytest.approx(row["enabled_ms"] / row["disabled_ms"])
+    lines = render_instrumentation([row])
+    assert lines[0] == "### Instrumentation overhead"
+    assert any(line.startswith("| memory |") for line in lines)

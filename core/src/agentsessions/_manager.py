@@ -19,7 +19,8 @@ from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from . import _json
+from . import _instrumentation, _json, _log
+from ._clock import SYSTEM_CLOCK, Clock
 from ._errors import (
     BackendUnavailableError,
     InvalidInputError,
@@ -32,7 +33,7 @@ from ._errors import (
     SessionNotFoundError,
     SessionOwnershipError,
 )
-from ._models import Event, Session, SessionPage, SessionSummary, utcnow
+from ._models import Event, Session, SessionPage, SessionSummary
 from ._records import (
     Capabilities,
     EventRecord,
@@ -115,6 +116,14 @@ class SessionManager(abc.ABC):
     #: What this backend supports beyond the mandatory operations. A backend whose
     #: capabilities depend on its URL (SQLite's ``:memory:``) sets it per instance.
     capabilities: Capabilities = Capabilities()
+    #: Where "now" comes from for every timestamp and expiry check: the system clock
+    #: unless set (``connect(url, clock=...)`` or assignment); `with_options` keeps it.
+    clock: Clock = SYSTEM_CLOCK
+    #: The engine's OpenTelemetry ``db.system.name`` ("" means the URL scheme).
+    db_system: ClassVar[str] = ""
+    #: A server backend's default port: set, it makes instrumentation report the
+    #: URL's host, port and database (``server.address``, ...). None: an embedded engine.
+    default_port: ClassVar[int | None] = None
 
     def __init__(self, url: str, options: ManagerOptions) -> None:
         self._url = url
@@ -122,6 +131,7 @@ class SessionManager(abc.ABC):
         self._open_lock: asyncio.Lock | None = None
         self._opened = False
         self._closed = False
+        _instrumentation.track(self)
 
     # -- construction -----------------------------------------------------------------
 
@@ -157,7 +167,10 @@ class SessionManager(abc.ABC):
         connection really reads back.
         """
         merged = {**self.options.model_dump(exclude_unset=True), **changes}
-        return type(self)(self._url, self.parse_options(merged))
+        other = type(self)(self._url, self.parse_options(merged))
+        other.clock = self.clock
+        _instrumentation.inherit(self, other)
+        return other
 
     @property
     def url(self) -> str:
@@ -179,8 +192,13 @@ class SessionManager(abc.ABC):
             self._open_lock = asyncio.Lock()
         async with self._open_lock:
             if not self._opened:
-                await self._open()
+                try:
+                    await self._open()
+                except BackendUnavailableError as exc:
+                    _instrumentation.connection_failed(self, exc)
+                    raise
                 self._opened = True
+                _instrumentation.connection_opened(self)
 
     async def close(self) -> None:
         """Release connections. Idempotent; the manager cannot be used afterwards."""
@@ -220,7 +238,7 @@ class SessionManager(abc.ABC):
             raise InvalidInputError(f"state must be a dict, not {type(state).__name__}")
         _json.check_json(state, "state")
         await self._ready()
-        now = utcnow()
+        now = self.clock.now()
         record = SessionRecord(
             session_id=session_id,
             user_id=user_id,
@@ -257,7 +275,7 @@ class SessionManager(abc.ABC):
         if last_events is not None and (type(last_events) is not int or last_events < 0):
             raise InvalidInputError(f"last_events must be None or an int >= 0, not {last_events!r}")
         await self._ready()
-        loaded = await self._load(session_id, last_events, utcnow())
+        loaded = await self._load(session_id, last_events, self.clock.now())
         if loaded is None:
             return None
         record = loaded.record
@@ -315,7 +333,7 @@ class SessionManager(abc.ABC):
             )
         keep = loaded.offset + keep_in_window
         new_events = self._encode_new_events(loaded, events, keep_in_window, keep)
-        now = utcnow()
+        now = self.clock.now()
         new_version = loaded.version + 1
         record = SessionRecord(
             session_id=session.session_id,
@@ -342,7 +360,7 @@ class SessionManager(abc.ABC):
 
     async def _adopt(self, session: Session) -> LoadedState:
         """A Session built by hand: save it as a full rewrite of the stored one."""
-        stored = await self._load(session.session_id, 0, utcnow())
+        stored = await self._load(session.session_id, 0, self.clock.now())
         if stored is None:
             raise SessionNotFoundError(session.session_id)
         if stored.record.version != session.version:
@@ -410,6 +428,7 @@ class SessionManager(abc.ABC):
                 await self.save(session)
             except SessionConflictError:
                 if attempt >= retries:
+                    _log.retries_exhausted(self, retries)
                     raise
                 await backoff(attempt)
                 continue
@@ -430,19 +449,20 @@ class SessionManager(abc.ABC):
         validate_id(session_id)
         _optional_id(user_id, "user_id")
         await self._ready()
+        now = self.clock.now()
         if user_id is not None:
-            loaded = await self._load(session_id, 0, utcnow())
+            loaded = await self._load(session_id, 0, now)
             if loaded is None:
                 return False
             if loaded.record.user_id != user_id:
                 raise SessionOwnershipError(session_id, user_id)
-        return await self._delete(session_id)
+        return await self._delete(session_id, now)
 
     async def delete_user(self, user_id: str) -> int:
         """Erase every session of *user_id*; returns how many were deleted."""
         validate_id(user_id, "user_id")
         await self._ready()
-        return await self._delete_user(user_id)
+        return await self._delete_user(user_id, self.clock.now())
 
     async def list_sessions(
         self, *, user_id: str | None = None, limit: int = 100, cursor: str | None = None
@@ -459,7 +479,7 @@ class SessionManager(abc.ABC):
             )
         after = None if cursor is None else decode_cursor(cursor)
         await self._ready()
-        items = await self._list(user_id, limit + 1, after, utcnow())
+        items = await self._list(user_id, limit + 1, after, self.clock.now())
         if len(items) <= limit:
             return SessionPage(items=items, next_cursor=None)
         last = items[limit - 1]
@@ -470,7 +490,7 @@ class SessionManager(abc.ABC):
     async def purge_expired(self) -> int:
         """Remove expired sessions now; returns how many. Expired ones are already invisible."""
         await self._ready()
-        return await self._purge_expired(utcnow())
+        return await self._purge_expired(self.clock.now())
 
     # -- helpers for backends ---------------------------------------------------------
 
@@ -481,7 +501,14 @@ class SessionManager(abc.ABC):
     def _unavailable(self, exc: BaseException) -> BackendUnavailableError:
         """A `BackendUnavailableError` for *exc*, with every trace of the password masked."""
         reason = scrub_secret(f"{type(exc).__name__}: {exc}", self._url)
-        return BackendUnavailableError(self.url, reason)
+        error = BackendUnavailableError(self.url, reason)
+        if self._opened:
+            _instrumentation.connection_lost(self, error)
+        return error
+
+    def _migrations_applied(self, from_version: int, to_version: int) -> None:
+        """Log that `_open` migrated the schema (operators want to know when)."""
+        _log.migrations_applied(self, from_version, to_version)
 
     # -- what a backend implements ------------------------------------------------------
 
@@ -511,12 +538,13 @@ class SessionManager(abc.ABC):
         """Apply *request* atomically (see `SaveRequest`)."""
 
     @abc.abstractmethod
-    async def _delete(self, session_id: str) -> bool:
-        """Delete the session and its events; whether one was stored (expired counts as not)."""
+    async def _delete(self, session_id: str, now: datetime) -> bool:
+        """Delete the session and its events; whether one was stored (expired at *now*
+        counts as not)."""
 
     @abc.abstractmethod
-    async def _delete_user(self, user_id: str) -> int:
-        """Delete every session of *user_id*; how many live ones there were."""
+    async def _delete_user(self, user_id: str, now: datetime) -> int:
+        """Delete every session of *user_id*; how many were live at *now*."""
 
     @abc.abstractmethod
     async def _list(
