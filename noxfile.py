@@ -121,16 +121,16 @@ def bench(session: nox.Session) -> None:
     session.run("python", "-m", "agentsessions_bench", *session.posargs)
 
 
-# The distributions published from this repository, by name (and the workspace member
-# each is built from): `dist` fails if `uv build --all-packages` makes any other set.
-DISTRIBUTIONS = {
-    "agentsessions": "core",
-    "agentsessions-conformance": "conformance",
-    "agentsessions-sqlite": "backends/sqlite",
-    "agentsessions-postgres": "backends/postgres",
-    "agentsessions-redis": "backends/redis",
-    "agentsessions-mongo": "backends/mongo",
-}
+# The distributions published from this repository (tests/test_packaging.py checks their
+# sources against this list); other workspace members (test tooling) are not published.
+DISTRIBUTIONS = (
+    "agentsessions",
+    "agentsessions-conformance",
+    "agentsessions-sqlite",
+    "agentsessions-postgres",
+    "agentsessions-redis",
+    "agentsessions-mongo",
+)
 
 
 def _normalized(name: str) -> str:
@@ -194,7 +194,10 @@ def dist(session: nox.Session) -> None:
     tmp = Path(session.create_tmp()).resolve()
     out = tmp / "dist"
     shutil.rmtree(out, ignore_errors=True)
-    session.run("uv", "build", "--all-packages", "--quiet", "--out-dir", str(out), external=True)
+    for name in DISTRIBUTIONS:
+        session.run(
+            "uv", "build", "--package", name, "--quiet", "--out-dir", str(out), external=True
+        )
     wheels, sdists = check_built(out)
     session.run("twine", "check", "--strict", *map(str, wheels + sdists))
 
