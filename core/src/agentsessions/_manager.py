@@ -385,6 +385,7 @@ class SessionManager(abc.ABC):
         # Ids are checked against the loaded events (a partial load sees only its
         # window); the set is kept on the load so repeated appends stay O(new events).
         known = loaded.ids_of_prefix(start)
+        limit = self.capabilities.max_event_bytes
         added: set[str] = set()
         encoded = []
         for index in range(start, len(events)):
@@ -396,7 +397,16 @@ class SessionManager(abc.ABC):
             if event.id in known or event.id in added:
                 raise InvalidInputError(f"events[{index}]: duplicate event id {event.id!r}")
             added.add(event.id)
-            encoded.append(encode_event(event, keep + index - start, f"events[{index}]"))
+            record = encode_event(event, keep + index - start, f"events[{index}]")
+            # 4 bytes per character at most: the exact count only when it could matter.
+            if limit is not None and len(record.data) * 4 > limit:
+                size = len(record.data.encode())
+                if size > limit:
+                    raise InvalidInputError(
+                        f"events[{index}] is {size} bytes encoded; {type(self).__name__} "
+                        f"stores events of at most {limit} bytes (max_event_bytes)"
+                    )
+            encoded.append(record)
         return encoded
 
     async def update(
