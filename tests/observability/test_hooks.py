@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import subprocess
 import sys
+from pathlib import Path
 
 import agentsessions
 import pytest
@@ -181,3 +182,51 @@ def test_the_public_names() -> None:
     from agentsessions.backend import hookimpl as backend_hookimpl
 
     assert hookimpl is backend_hookimpl  # one marker for every hook of the project
+
+
+def test_without_opentelemetry_installed_turning_it_on_says_what_to_install() -> None:
+    code = (
+        "import sys\n"
+        "sys.modules['opentelemetry'] = None  # as if opentelemetry-api were not installed\n"
+        "import agentsessions\n"
+        "manager = agentsessions.connect('memory://')\n"
+        "try:\n"
+        "    agentsessions.instrument()\n"
+        "except ImportError as exc:\n"
+        "    print(exc)\n"
+        "assert not vars(manager).get('get'), 'half-instrumented'\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert 'pip install "agentsessions[otel]"' in done.stdout
+
+
+async def test_a_plugin_published_as_an_entry_point_is_found_by_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from importlib.metadata import EntryPoint
+
+    from agentsessions import _instrumentation
+
+    (tmp_path / "audit_plugin.py").write_text(
+        "from agentsessions.instrumentation import hookimpl\n"
+        "class Audit:\n"
+        "    seen = []\n"
+        "    @hookimpl\n"
+        "    def agentsessions_operation_finished(self, operation):\n"
+        "        Audit.seen.append(operation.name)\n",
+        encoding="utf-8",
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    published = EntryPoint("audit", "audit_plugin:Audit", _instrumentation.ENTRY_POINT_GROUP)
+
+    def fake_entry_points(*, group: str, name: str) -> list[EntryPoint]:
+        return [published] if (group, name) == (published.group, "audit") else []
+
+    monkeypatch.setattr(_instrumentation, "entry_points", fake_entry_points)
+    async with connect("memory://", instrument="audit") as manager:
+        await manager.delete("nobody")
+    import audit_plugin  # type: ignore[import-not-found]
+
+    assert audit_plugin.Audit.seen == ["open", "delete"]
