@@ -97,7 +97,10 @@ def test_url_mode_runs_whole_suite_on_memory(tmp_path: Path) -> None:
     assert run.returncode == 0, run.output[-3000:]
     assert "test_unrelated" not in run.output
     assert run.report is not None
-    assert run.report["summary"] == {"passed": len(run.report["clauses"]) - 1, "skipped": 1}
+    # Skipped for capabilities memory lacks: persistence and an event size limit.
+    assert run.report["summary"] == {"passed": len(run.report["clauses"]) - 2, "skipped": 2}
+    skipped = {c["test"] for c in run.report["clauses"] if c["outcome"] == "skipped"}
+    assert skipped == {"test_persistent_data_survives_reconnect", "test_event_size_limit_is_exact"}
     assert len(run.report["clauses"]) > 100
     header = [
         line for line in run.output.splitlines() if line.startswith("agentsessions conformance:")
