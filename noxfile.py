@@ -1,27 +1,56 @@
-"""Test automation: ``nox`` runs lint, typecheck, the project's tests and the kit per backend.
+"""Test automation: ``nox`` runs lint, typecheck, the project's tests and the kit per backend,
+the distributions as built, the lowest dependency versions allowed, and the docs.
 
 Each conformance session installs only core, the kit and ONE backend, so a backend
 that forgot to declare a dependency fails there instead of passing by accident.
 Servers are found by tests/servers: set AGENTSESSIONS_REQUIRE_SERVERS=1 (CI does) to
 turn a missing server into a failure instead of a skip.
+
+Sessions run on the Python running nox. ``AGENTSESSIONS_NOX_PYTHON=3.12`` (or a comma
+list, or ``all`` for 3.10 to 3.14) runs the tests and the kit on those interpreters
+instead; an interpreter that is not installed is skipped, never downloaded (pass
+``--error-on-missing-interpreters`` to make that a failure, as the GitHub workflow does).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import tarfile
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
 
 import nox
 
 nox.options.default_venv_backend = "uv"
 nox.options.reuse_existing_virtualenvs = True
-nox.options.error_on_missing_interpreters = True
-nox.options.sessions = ["lint", "typecheck", "tests", "conformance"]
+nox.options.error_on_missing_interpreters = False
+nox.options.download_python = "never"
+nox.options.sessions = ["lint", "typecheck", "tests", "conformance", "dist", "docs"]
 
-PYTHON = os.environ.get("AGENTSESSIONS_NOX_PYTHON") or None  # None: the Python running nox
+SUPPORTED_PYTHONS = ("3.10", "3.11", "3.12", "3.13", "3.14")
+
+
+def _pythons(raw: str) -> list[str] | None:
+    if not raw:
+        return None  # the Python running nox
+    if raw == "all":
+        return list(SUPPORTED_PYTHONS)
+    return [version.strip() for version in raw.split(",") if version.strip()]
+
+
+PYTHON = _pythons(os.environ.get("AGENTSESSIONS_NOX_PYTHON", ""))
 BACKENDS = ("memory", "sqlite", "postgres", "redis", "mongo")
-# Core with its framework extras: the adapters are type-checked and tested against them.
-MEMBERS = ("core[openai-agents,adk]", "conformance", *(f"backends/{name}" for name in BACKENDS[1:]))
+# Core with its framework extras (and OpenTelemetry): type-checked and tested against them.
+MEMBERS = (
+    "core[openai-agents,adk,otel]",
+    "conformance",
+    *(f"backends/{name}" for name in BACKENDS[1:]),
+)
 TEST_DEPS = ("pytest>=8.3", "pytest-asyncio>=1.0", "hypothesis>=6.100")
+# The instrumentation tests read spans and metrics back from the SDK's in-memory exporters.
+OTEL_TEST_DEPS = ("opentelemetry-sdk>=1.30",)
 
 
 def _editable(*paths: str) -> list[str]:
@@ -31,7 +60,7 @@ def _editable(*paths: str) -> list[str]:
     return args
 
 
-@nox.session(python=PYTHON)
+@nox.session
 def lint(session: nox.Session) -> None:
     """ruff check and format check on the whole tree."""
     session.install("ruff>=0.8")
@@ -49,7 +78,7 @@ def typecheck(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
     """The project's own tests: core, kit self-tests, runtime, CLI, cross-backend."""
-    session.install(*TEST_DEPS, "redis>=5.2", *_editable(*MEMBERS))
+    session.install(*TEST_DEPS, *OTEL_TEST_DEPS, "redis>=5.3", *_editable(*MEMBERS))
     session.run(
         "pytest",
         "tests",
@@ -75,7 +104,7 @@ def conformance(session: nox.Session, backend: str) -> None:
     session.run("pytest", *args, *session.posargs)
 
 
-@nox.session(python=PYTHON)
+@nox.session
 def bench(session: nox.Session) -> None:
     """Benchmarks against the raw drivers and the OpenAI SDK / Google ADK stores (~11 min).
 
@@ -86,7 +115,176 @@ def bench(session: nox.Session) -> None:
         *_editable(
             "core",
             *(f"backends/{name}" for name in BACKENDS[1:]),
-            "bench[peers,plot,profile]",
+            "bench[peers,plot,profile,otel]",
         )
     )
     session.run("python", "-m", "agentsessions_bench", *session.posargs)
+
+
+# The distributions published from this repository, by name (and the workspace member
+# each is built from): `dist` fails if `uv build --all-packages` makes any other set.
+DISTRIBUTIONS = {
+    "agentsessions": "core",
+    "agentsessions-conformance": "conformance",
+    "agentsessions-sqlite": "backends/sqlite",
+    "agentsessions-postgres": "backends/postgres",
+    "agentsessions-redis": "backends/redis",
+    "agentsessions-mongo": "backends/mongo",
+}
+
+
+def _normalized(name: str) -> str:
+    return name.replace("-", "_")
+
+
+def _check_license(archive: Path, names: list[str], read: Callable[[str], bytes]) -> None:
+    expected = Path("LICENSE").read_bytes()
+    licenses = [name for name in names if name.rsplit("/", 1)[-1] == "LICENSE"]
+    if not licenses:
+        raise RuntimeError(f"{archive.name} holds no LICENSE file")
+    for name in licenses:
+        if read(name) != expected:
+            raise RuntimeError(f"{archive.name}: {name} differs from the repository's LICENSE")
+
+
+def check_built(out: Path) -> tuple[list[Path], list[Path]]:
+    """Check what `uv build` made in *out*: one sdist and one wheel per distribution, each
+    holding the LICENSE (the wheel in its ``.dist-info/licenses``). Returns (wheels, sdists).
+    """
+    wheels = sorted(out.glob("*.whl"))
+    sdists = sorted(out.glob("*.tar.gz"))
+    expected = sorted(_normalized(name) for name in DISTRIBUTIONS)
+    for kind, files in (("wheel", wheels), ("sdist", sdists)):
+        built = sorted(path.name.split("-")[0] for path in files)
+        if built != expected:
+            raise RuntimeError(f"{kind}s built: {built}; expected exactly {expected}")
+    for wheel in wheels:
+        with zipfile.ZipFile(wheel) as archive:
+            names = archive.namelist()
+            _check_license(wheel, names, archive.read)
+            if not any(".dist-info/licenses/LICENSE" in name for name in names):
+                raise RuntimeError(f"{wheel.name}: LICENSE is not in .dist-info/licenses")
+    for sdist in sdists:
+        with tarfile.open(sdist) as archive:
+            members = archive.getnames()
+
+            def read(name: str, archive: tarfile.TarFile = archive) -> bytes:
+                handle = archive.extractfile(name)
+                assert handle is not None
+                return handle.read()
+
+            _check_license(sdist, members, read)
+            top = members[0].split("/")[0]
+            if f"{top}/LICENSE" not in members:
+                raise RuntimeError(f"{sdist.name}: LICENSE is not at the top of the sdist")
+    return wheels, sdists
+
+
+@nox.session(reuse_venv=False)
+def dist(session: nox.Session) -> None:
+    """Build every sdist and wheel, check them, and run the kit on the wheels alone.
+
+    ``twine check --strict`` renders each README as PyPI would; every archive must hold
+    the LICENSE; then the wheels (and only they: no source tree on the path) go into a
+    fresh virtualenv, where the conformance kit runs against memory and SQLite. The
+    release workflow runs this session before it publishes. ``-- --keep DIR`` copies
+    the archives to DIR.
+    """
+    session.install("twine>=6.1")
+    tmp = Path(session.create_tmp()).resolve()
+    out = tmp / "dist"
+    shutil.rmtree(out, ignore_errors=True)
+    session.run("uv", "build", "--all-packages", "--quiet", "--out-dir", str(out), external=True)
+    wheels, sdists = check_built(out)
+    session.run("twine", "check", "--strict", *map(str, wheels + sdists))
+
+    venv = tmp / "wheels-venv"
+    shutil.rmtree(venv, ignore_errors=True)
+    session.run(
+        "uv",
+        "venv",
+        "--quiet",
+        "--python",
+        str(Path(session.bin) / "python"),
+        str(venv),
+        external=True,
+    )
+    python = str(venv / "bin" / "python")
+    session.run(
+        "uv", "pip", "install", "--quiet", "--python", python, *map(str, wheels), external=True
+    )
+    work = tmp / "kit"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir()
+    # Its own ini file, so that pytest takes this directory as its rootdir and the
+    # repository's configuration (pythonpath, conftest files) does not apply.
+    (work / "pytest.ini").write_text("[pytest]\n")
+    with session.chdir(work):
+        # Imported from the wheels, not from this checkout.
+        session.run(python, "-c", _FROM_WHEELS, str(venv), external=True)
+        for url in ("memory://", f"sqlite:///{work / 'kit.db'}"):
+            session.run(
+                python,
+                "-m",
+                "pytest",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                "--session-url",
+                url,
+                external=True,
+            )
+    if "--keep" in session.posargs:
+        keep = Path(session.posargs[session.posargs.index("--keep") + 1])
+        keep.mkdir(parents=True, exist_ok=True)
+        for path in wheels + sdists:
+            shutil.copy2(path, keep)
+
+
+_FROM_WHEELS = """
+import sys, importlib
+venv = sys.argv[1]
+for name in ("agentsessions", "agentsessions_conformance", "agentsessions_sqlite",
+             "agentsessions_postgres", "agentsessions_redis", "agentsessions_mongo"):
+    path = importlib.import_module(name).__file__
+    assert path.startswith(venv), f"{name} imported from {path}, not from the wheel"
+"""
+
+
+@nox.session(python=PYTHON, reuse_venv=False)
+def lowest(session: nox.Session) -> None:
+    """The tests and the kit with every dependency at the LOWEST version the metadata allows.
+
+    uv's ``--resolution lowest-direct`` takes each distribution's floors (pydantic,
+    pluggy, aiosqlite, asyncpg, redis, pymongo, pytest, ...), so a floor that is declared
+    but broken fails here instead of on a user's machine. Twice: without the framework
+    extras (their own floors would lift pydantic's), then the adapters' tests with them.
+    """
+    lowest = ("--resolution", "lowest-direct")
+    members = [member.replace("core[openai-agents,adk]", "core") for member in MEMBERS]
+    session.install(*lowest, *TEST_DEPS, *OTEL_TEST_DEPS, "redis>=5.3", *_editable(*members))
+    session.run("uv", "pip", "list", external=True)
+    session.run("pytest", "tests", "--ignore=tests/integrations", *session.posargs)
+    session.install(*lowest, *TEST_DEPS, *OTEL_TEST_DEPS, "redis>=5.3", *_editable(*MEMBERS))
+    session.run("uv", "pip", "list", external=True)
+    session.run("pytest", "tests/integrations", *session.posargs)
+
+
+DOCS_DEPS = ("mkdocs>=1.6", "mkdocs-material>=9.5", "mkdocstrings[python]>=0.29")
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """Build the documentation site (mkdocs.yml) with ``--strict``: any warning fails.
+
+    The API pages are generated from the docstrings of the public modules
+    (`agentsessions.backend`, `agentsessions.runtime`), read from the source tree.
+    ``nox -s docs -- serve`` serves it on 127.0.0.1:8000 instead.
+    """
+    session.install(*DOCS_DEPS)
+    session.env["NO_MKDOCS_2_WARNING"] = "1"  # Material's banner about its successor
+    site = Path(session.create_tmp()) / "site"
+    if session.posargs[:1] == ["serve"]:
+        session.run("mkdocs", "serve", "--strict", "--dev-addr", "127.0.0.1:8000")
+    else:
+        session.run("mkdocs", "build", "--strict", "--site-dir", str(site))

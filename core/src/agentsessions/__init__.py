@@ -5,6 +5,7 @@ through the `SessionManager` it returns. Backend authors start at
 `agentsessions.backend`.
 """
 
+from ._clock import Clock, SystemClock
 from ._errors import (
     BackendConflictError,
     BackendUnavailableError,
@@ -21,6 +22,7 @@ from ._errors import (
     SessionSerializationError,
     UnknownBackendError,
 )
+from ._instrumentation import instrument, uninstrument
 from ._manager import ManagerOptions, SessionManager
 from ._memory import MemorySessionManager
 from ._models import Event, Session, SessionPage, SessionSummary
@@ -40,6 +42,7 @@ __all__ = [
     "BackendSpec",
     "BackendUnavailableError",
     "Capabilities",
+    "Clock",
     "Event",
     "InvalidInputError",
     "InvalidOptionError",
@@ -58,11 +61,14 @@ __all__ = [
     "SessionPage",
     "SessionSerializationError",
     "SessionSummary",
+    "SystemClock",
     "UnknownBackendError",
     "__version__",
     "connect",
     "installed_backends",
+    "instrument",
     "mask_url",
     "register_backend",
+    "uninstrument",
     "unregister_backend",
 ]

@@ -17,7 +17,14 @@ from typing import Any
 
 import pluggy
 
-from ._errors import BackendConflictError, InvalidInputError, UnknownBackendError
+from . import _instrumentation
+from ._clock import Clock
+from ._errors import (
+    BackendConflictError,
+    InvalidInputError,
+    InvalidOptionError,
+    UnknownBackendError,
+)
 from ._manager import SessionManager
 from ._urls import mask_url
 
@@ -181,12 +188,21 @@ def scheme_of(url: str) -> str:
     return scheme.lower()
 
 
-def connect(url: str, **options: Any) -> SessionManager:
+def connect(
+    url: str, *, clock: Clock | None = None, instrument: object = None, **options: Any
+) -> SessionManager:
     """A manager for *url*, e.g. ``connect("sqlite:///sessions.db?ttl=3600")``.
 
     Cheap and synchronous: nothing connects until first use (or ``await manager.open()``).
-    Options come from the URL's query string and from keyword arguments.
+    Options come from the URL's query string and from keyword arguments. *clock* (an
+    `agentsessions.Clock`) replaces the system clock as the source of "now".
+    *instrument* turns instrumentation on for this manager: ``True`` (OpenTelemetry),
+    a plugin, a plugin's name, or a list of them (see `agentsessions.instrument`).
     """
+    if clock is not None and not isinstance(clock, Clock):
+        raise InvalidOptionError(
+            f"clock must have a now() method (agentsessions.Clock), not {type(clock).__name__}"
+        )
     scheme = scheme_of(url)
     backends = installed_backends()
     spec = backends.get(scheme)
@@ -198,4 +214,10 @@ def connect(url: str, **options: Any) -> SessionManager:
         else:
             hint = f"pip install {dist}" if dist else ""
         raise UnknownBackendError(scheme, backends, hint)
-    return spec.load().from_url(url, **options)
+    manager = spec.load().from_url(url, **options)
+    if clock is not None:
+        manager.clock = clock
+    if instrument is not None and instrument is not False:
+        plugins = instrument if isinstance(instrument, (list, tuple)) else [instrument]
+        _instrumentation.instrument(*plugins, manager=manager)
+    return manager

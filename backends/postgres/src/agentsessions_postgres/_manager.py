@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import asyncpg
@@ -91,6 +91,8 @@ class PostgresSessionManager(SessionManager):
     Options: ClassVar[type[ManagerOptions]] = PostgresOptions
     driver_query_params: ClassVar[frozenset[str]] = DRIVER_QUERY_PARAMS
     capabilities = Capabilities(persistent=True, shared=True, ttl=True, namespaces=True)
+    db_system = "postgresql"
+    default_port = 5432
 
     def __init__(self, url: str, options: ManagerOptions | None = None) -> None:
         options = options if options is not None else PostgresOptions()
@@ -175,6 +177,8 @@ class PostgresSessionManager(SessionManager):
                 for ddl in MIGRATIONS[version]:
                     await connection.execute(ddl.replace("{s}", quote_ident(schema)))
                 await connection.execute(self._sql.record_version, version)
+        if current < LATEST_VERSION:
+            self._migrations_applied(current, LATEST_VERSION)
 
     async def _schema_version(self, connection: _Connection) -> int | None:
         table = f"{quote_ident(self._opts.schema)}.agentsessions_schema_version"
@@ -354,22 +358,22 @@ class PostgresSessionManager(SessionManager):
             record.session_id, request.expected_version, f"stored version is {outcome}"
         )
 
-    async def _delete(self, session_id: str) -> bool:
+    async def _delete(self, session_id: str, now: datetime) -> bool:
         # Two statements in one transaction, not one: the events delete must run after
         # the session row is locked and gone, with a fresh snapshot, or a save that
         # committed meanwhile could leave events behind.
         sql = self._sql
         async with self._connection() as connection, connection.transaction():
-            live = await connection.fetchval(sql.delete_session, self._ns, session_id, _now())
+            live = await connection.fetchval(sql.delete_session, self._ns, session_id, now)
             if live is None:
                 return False
             await connection.execute(sql.delete_events, self._ns, session_id)
         return bool(live)
 
-    async def _delete_user(self, user_id: str) -> int:
+    async def _delete_user(self, user_id: str, now: datetime) -> int:
         sql = self._sql
         async with self._connection() as connection, connection.transaction():
-            rows = await connection.fetch(sql.delete_user_sessions, self._ns, user_id, _now())
+            rows = await connection.fetch(sql.delete_user_sessions, self._ns, user_id, now)
             if not rows:
                 return 0
             await connection.execute(
@@ -419,7 +423,3 @@ class PostgresSessionManager(SessionManager):
             purged += len(ids)
             if len(ids) < PURGE_BATCH:
                 return purged
-
-
-def _now() -> datetime:
-    return datetime.now(timezone.utc)

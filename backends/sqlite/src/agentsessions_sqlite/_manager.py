@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from datetime import datetime, timezone
+from datetime import datetime
 from operator import itemgetter
 from typing import ClassVar
 
@@ -37,7 +37,7 @@ from agentsessions.backend import (
 
 from ._connection import Link, connect, is_busy
 from ._options import SQLiteOptions
-from ._schema import SchemaTooNewError, migrate
+from ._schema import SCHEMA_VERSION, SchemaTooNewError, migrate
 from ._url import MEMORY, database_path
 
 __all__ = ["SQLiteSessionManager"]
@@ -357,6 +357,7 @@ class SQLiteSessionManager(SessionManager):
 
     Options: ClassVar[type[ManagerOptions]] = SQLiteOptions
     capabilities = Capabilities(persistent=True, shared=True)
+    db_system = "sqlite"
 
     def __init__(self, url: str, options: ManagerOptions | None = None) -> None:
         super().__init__(url, options if options is not None else SQLiteOptions())
@@ -386,7 +387,7 @@ class SQLiteSessionManager(SessionManager):
             writer = await connect(self.path, options.busy_timeout)
             links.append(writer)
             await writer.call(_prepare_writer, options.synchronous, self.in_memory)
-            await writer.write(migrate)
+            found = await writer.write(migrate)
             self._utf8 = await writer.call(_is_utf8)
             if self.in_memory:
                 reader = writer
@@ -403,6 +404,8 @@ class SQLiteSessionManager(SessionManager):
                 raise BackendUnavailableError(self.url, self._open_failure(exc)) from exc
             raise
         self._writer, self._reader = writer, reader
+        if found < SCHEMA_VERSION:
+            self._migrations_applied(found, SCHEMA_VERSION)
 
     def _open_failure(self, exc: sqlite3.Error) -> str:
         reason = f"cannot open SQLite database {self.path}: {exc}"
@@ -486,19 +489,17 @@ class SQLiteSessionManager(SessionManager):
         except sqlite3.Error as exc:
             raise self._failure(exc) from exc
 
-    async def _delete(self, session_id: str) -> bool:
+    async def _delete(self, session_id: str, now: datetime) -> bool:
         writer, _ = self._links()
-        now = to_micros(datetime.now(timezone.utc))
         try:
-            return await writer.write(_delete, self.options.namespace, session_id, now)
+            return await writer.write(_delete, self.options.namespace, session_id, to_micros(now))
         except sqlite3.Error as exc:
             raise self._failure(exc) from exc
 
-    async def _delete_user(self, user_id: str) -> int:
+    async def _delete_user(self, user_id: str, now: datetime) -> int:
         writer, _ = self._links()
-        now = to_micros(datetime.now(timezone.utc))
         try:
-            return await writer.write(_delete_user, self.options.namespace, user_id, now)
+            return await writer.write(_delete_user, self.options.namespace, user_id, to_micros(now))
         except sqlite3.Error as exc:
             raise self._failure(exc) from exc
 
