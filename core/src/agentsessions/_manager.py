@@ -584,12 +584,24 @@ class SessionManager(abc.ABC):
     async def _restore(
         self, record: SessionRecord, events: list[EventRecord], now: datetime
     ) -> None:
-        """Insert *record* and *events* (positions 0..n-1) as one atomic write.
+        """Insert a whole session, record and events, as one atomic write.
 
-        Like `_create`, but every field of the record is stored as given (timestamps,
-        version, event count) and the events land with it: a failure or a crash leaves
-        nothing a reader can see. `SessionExistsError` if a live session has the id; an
-        expired one is replaced.
+        Args:
+            record: the session exactly as it is to be stored: its own ``version``,
+                ``created_at``, ``updated_at`` and ``event_count`` (== ``len(events)``),
+                ``state`` as JSON text, ``expires_at`` computed from the ``ttl`` option.
+            events: the events at positions 0..n-1, already checked and encoded.
+            now: the clock reading of this call; an expired stored session with the
+                same id counts as absent and is replaced (with its events removed).
+
+        Readers see the whole session or nothing, and a failure or a crash at any point
+        leaves nothing a reader can see. Of several concurrent restores or creates of
+        one id, exactly one succeeds.
+
+        Raises:
+            SessionExistsError: a live session with ``record.session_id`` is stored;
+                it is left untouched and nothing is written.
+            BackendUnavailableError: the engine failed; nothing was written.
         """
 
     @abc.abstractmethod
