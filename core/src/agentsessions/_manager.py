@@ -287,6 +287,7 @@ class SessionManager(abc.ABC):
         be saved.
         """
         checked = check_restorable(session)
+        self._check_event_sizes(checked.events, 0)
         await self._ready()
         now = self.clock.now()
         record = replace(checked.record, expires_at=self._expiry(now))
@@ -377,6 +378,7 @@ class SessionManager(abc.ABC):
         # window); the set is kept on the load so repeated appends stay O(new events).
         known = loaded.ids_of_prefix(keep_in_window)
         new_events = _encode_events(events, keep_in_window, keep, known)
+        self._check_event_sizes(new_events, keep_in_window)
         now = self.clock.now()
         new_version = loaded.version + 1
         record = SessionRecord(
@@ -422,6 +424,22 @@ class SessionManager(abc.ABC):
             partial=False,
             tracked=None,
         )
+
+    def _check_event_sizes(self, events: list[EventRecord], first_index: int) -> None:
+        """`InvalidInputError` for an encoded event larger than this backend stores."""
+        limit = self.capabilities.max_event_bytes
+        if limit is None:
+            return
+        for offset, record in enumerate(events):
+            # 4 bytes per character at most: the exact count only when it could matter.
+            if len(record.data) * 4 > limit:
+                size = len(record.data.encode())
+                if size > limit:
+                    raise InvalidInputError(
+                        f"events[{first_index + offset}] is {size} bytes encoded; "
+                        f"{type(self).__name__} stores events of at most {limit} bytes "
+                        "(max_event_bytes)"
+                    )
 
     async def update(
         self,

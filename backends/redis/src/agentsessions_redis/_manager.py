@@ -337,9 +337,10 @@ class RedisSessionManager(SessionManager):
         if self.cluster and verdict in (0, 1):
             owner = result[1]
             created = int(result[2])
-            await self._apply_fixes(
-                [_Fix(e, None) for e in self._entries_of(session_id.encode(), owner, created)]
-            )
+            # One at a time: delete_user and purge run up to _FANOUT of these at once, and
+            # nesting a fan-out in each exhausted a cluster node's connection pool.
+            for entry in self._entries_of(session_id.encode(), owner, created):
+                await self._apply_fixes([_Fix(entry, None)])
         return verdict
 
     def _entries_of(self, session_id: bytes, user_id: bytes | None, score: int) -> list[_Entry]:

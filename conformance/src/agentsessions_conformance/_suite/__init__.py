@@ -11,8 +11,10 @@ from ._base import SuiteBase
 from ._tests_concurrency import ConcurrencyTests
 from ._tests_create import CreateTests
 from ._tests_delete import DeleteTests
+from ._tests_erasure import ErasureTests
 from ._tests_fidelity import FidelityTests
 from ._tests_get import GetTests
+from ._tests_ids import IdTests
 from ._tests_input import InputTests
 from ._tests_isolation import IsolationTests
 from ._tests_lifecycle import LifecycleTests
@@ -28,6 +30,7 @@ __all__ = ["SessionManagerTests"]
 class SessionManagerTests(
     # pytest collects the last base's tests first: this runs create, get, save, ... first.
     LifecycleTests,
+    IdTests,
     InputTests,
     FidelityTests,
     TtlTests,
@@ -35,6 +38,7 @@ class SessionManagerTests(
     ConcurrencyTests,
     RestoreTests,
     ListingTests,
+    ErasureTests,
     DeleteTests,
     UpdateTests,
     SaveTests,
