@@ -20,6 +20,8 @@ from agentsessions.instrumentation import (
     uninstrument,
 )
 
+WRITE_HOOKS = ("_create", "_save", "_restore")
+
 
 class Recorder:
     """A plugin, as a Prometheus exporter or an audit log would be."""
@@ -47,7 +49,7 @@ class FinishedOnly:
 
 
 def _wrapped(manager: SessionManager) -> set[str]:
-    return {name for name in (*OPERATIONS, "_create", "_save") if name in vars(manager)}
+    return {name for name in (*OPERATIONS, *WRITE_HOOKS) if name in vars(manager)}
 
 
 async def test_off_by_default_means_nothing_is_installed() -> None:
@@ -63,7 +65,7 @@ async def test_off_by_default_means_nothing_is_installed() -> None:
 async def test_a_plugin_sees_every_operation_with_what_it_did() -> None:
     recorder = Recorder()
     async with connect("memory://", instrument=recorder) as manager:
-        assert _wrapped(manager) == {*OPERATIONS, "_create", "_save"}
+        assert _wrapped(manager) == {*OPERATIONS, *WRITE_HOOKS}
         session = await manager.create("s", "ada")
         session.add_event("user", "hi")
         await manager.save(session)
@@ -104,6 +106,7 @@ async def test_a_plugin_sees_every_operation_with_what_it_did() -> None:
     assert by_name["delete_user"].sessions == 0
     assert (by_name["restore"].session_id, by_name["restore"].user_id) == ("copy", "ada")
     assert (by_name["restore"].events_written, by_name["restore"].version) == (1, 2)
+    assert by_name["restore"].bytes_written == len(copy.events[0].model_dump_json()) + len("{}")
     assert all(op.duration is not None and op.duration >= 0 for op in recorder.finished)
     nested = [op for op in recorder.finished if op.parent is not None]
     assert {op.parent.name for op in nested if op.parent} == {"update"}
