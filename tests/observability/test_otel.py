@@ -5,7 +5,6 @@ PostgreSQL (the SDK's in-memory exporter and metric reader read them back)."""
 from __future__ import annotations
 
 import asyncio
-import socket
 from typing import Any
 
 import agentsessions
@@ -13,7 +12,7 @@ import pytest
 from agentsessions import BackendUnavailableError, Session, SessionConflictError, _json, connect
 from opentelemetry.trace import SpanKind, StatusCode
 
-from .conftest import Store, Telemetry
+from .conftest import Store, Telemetry, closed_loopback_port, lose_the_race
 
 
 def _type_name(cls: type) -> str:
@@ -193,9 +192,7 @@ async def test_update_that_gives_up_counts_its_last_conflict_as_no_retry(
         await manager.create("hot")
 
         async def always_lose(session: Session) -> None:
-            other = await rival.get("hot")
-            assert other is not None
-            await rival.save(other)
+            await lose_the_race(rival, "hot")
 
         with pytest.raises(SessionConflictError):
             await manager.update("hot", always_lose, retries=1)
@@ -248,15 +245,9 @@ async def test_ids_and_messages_only_when_the_application_opts_in(
     assert "chat-1" in str(message)
 
 
-def _closed_loopback_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 async def test_an_unreachable_server_is_counted_once_per_call(telemetry: Telemetry) -> None:
     pytest.importorskip("agentsessions_postgres")
-    port = _closed_loopback_port()
+    port = closed_loopback_port()
     manager = connect(
         f"postgresql://app@127.0.0.1:{port}/agents?connect_timeout=2",
         instrument=telemetry.plugin(),
