@@ -53,6 +53,7 @@ async def test_every_operation_is_a_client_span_with_its_attributes(
         assert await manager.delete("s1")
         assert await manager.delete_user("ada") == 1
         purged = await manager.purge_expired()
+        moved = await manager.restore(full.model_copy(update={"session_id": "moved"}))
     assert full is not None and tail is not None
 
     roots = telemetry.roots()
@@ -71,6 +72,7 @@ async def test_every_operation_is_a_client_span_with_its_attributes(
             "delete",
             "delete_user",
             "purge_expired",
+            "restore",
         )
     ]
     for span in telemetry.spans():
@@ -115,6 +117,10 @@ async def test_every_operation_is_a_client_span_with_its_attributes(
     assert by_op["delete"][0]["agentsessions.sessions"] == 1
     assert by_op["delete_user"][0]["agentsessions.sessions"] == 1
     assert by_op["purge_expired"][0]["agentsessions.sessions"] == purged
+    restored = by_op["restore"][0]
+    assert restored["agentsessions.version"] == moved.version == 2
+    assert restored["agentsessions.events.written"] == 2
+    assert restored["agentsessions.bytes.written"] == _written_bytes(moved, 2)
 
     # update() runs a get and a save inside its own span.
     update_span = next(s for s in roots if s.name.startswith("update"))
@@ -132,12 +138,13 @@ async def test_every_operation_is_a_client_span_with_its_attributes(
     assert set(durations) >= {"open", "update", "list_sessions", "delete", "delete_user"}
     assert all(point.sum > 0 for point in durations.values())
     system = store.backend["db.system.name"]
-    assert telemetry.total("agentsessions.events.written", **{"db.system.name": system}) == 3
+    assert telemetry.total("agentsessions.events.written", **{"db.system.name": system}) == 5
     assert telemetry.total("agentsessions.bytes.written", **{"db.system.name": system}) == (
         created["agentsessions.bytes.written"]
         + saved["agentsessions.bytes.written"]
         + update["agentsessions.bytes.written"]
         + by_op["create"][1]["agentsessions.bytes.written"]
+        + restored["agentsessions.bytes.written"]
     )
 
 
