@@ -7,6 +7,7 @@ through the `SessionManager` it returns. Backend authors start at
 
 from ._errors import (
     BackendConflictError,
+    BackendTimeoutError,
     BackendUnavailableError,
     InvalidInputError,
     InvalidOptionError,
@@ -38,6 +39,7 @@ from ._version import __version__
 __all__ = [
     "BackendConflictError",
     "BackendSpec",
+    "BackendTimeoutError",
     "BackendUnavailableError",
     "Capabilities",
     "Event",

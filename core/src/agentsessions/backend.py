@@ -7,8 +7,10 @@ per URL scheme, pointing at a light module whose `hookimpl` returns `BackendSpec
 or in code with `agentsessions.register_backend`. Check it with the conformance kit.
 """
 
+from ._deadline import ErrorRule
 from ._manager import ManagerOptions, SessionManager, validate_id
 from ._records import (
+    TOKENS_KEPT,
     Capabilities,
     EventRecord,
     LoadedSession,
@@ -26,12 +28,14 @@ from ._urls import mask_url, scrub_secret, split_url
 __all__ = [
     "BackendSpec",
     "Capabilities",
+    "ErrorRule",
     "EventRecord",
     "LoadedSession",
     "ManagerOptions",
     "SaveRequest",
     "SessionManager",
     "SessionRecord",
+    "TOKENS_KEPT",
     "decode_cursor",
     "decode_events",
     "encode_cursor",
