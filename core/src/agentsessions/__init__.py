@@ -5,6 +5,7 @@ through the `SessionManager` it returns. Backend authors start at
 `agentsessions.backend`.
 """
 
+from ._clock import Clock, SystemClock
 from ._errors import (
     BackendConflictError,
     BackendTimeoutError,
@@ -42,6 +43,7 @@ __all__ = [
     "BackendTimeoutError",
     "BackendUnavailableError",
     "Capabilities",
+    "Clock",
     "Event",
     "InvalidInputError",
     "InvalidOptionError",
@@ -60,6 +62,7 @@ __all__ = [
     "SessionPage",
     "SessionSerializationError",
     "SessionSummary",
+    "SystemClock",
     "UnknownBackendError",
     "__version__",
     "connect",
