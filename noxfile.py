@@ -27,7 +27,7 @@ nox.options.default_venv_backend = "uv"
 nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_missing_interpreters = False
 nox.options.download_python = "never"
-nox.options.sessions = ["lint", "typecheck", "tests", "conformance", "dist"]
+nox.options.sessions = ["lint", "typecheck", "tests", "conformance", "faults", "dist"]
 
 SUPPORTED_PYTHONS = ("3.10", "3.11", "3.12", "3.13", "3.14")
 
@@ -77,6 +77,7 @@ def tests(session: nox.Session) -> None:
         "pytest",
         "tests",
         "--ignore=tests/backends",
+        "--ignore=tests/faults",  # its own session
         # Run by conformance(backend='memory'), where only core and the kit are installed.
         "--ignore=tests/kit/test_memory_conformance.py",
         *session.posargs,
@@ -96,6 +97,18 @@ def conformance(session: nox.Session, backend: str) -> None:
     else:
         args = [f"tests/backends/{backend}"]
     session.run("pytest", *args, *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def faults(session: nox.Session) -> None:
+    """Fault injection against private servers: deadlines, restarts, freezes, kill -9.
+
+    Every backend at once, on servers this run starts and stops itself (never the
+    machine's own); prints a summary of calls, errors by type, lost and doubled saves
+    and recovery times. ``-s`` shows it with pytest's output.
+    """
+    session.install(*TEST_DEPS, *_editable(*MEMBERS))
+    session.run("pytest", "tests/faults", "-rA", *session.posargs)
 
 
 @nox.session
