@@ -41,7 +41,7 @@ class SilentServer:
         while not self._stop.is_set():
             try:
                 conn, _ = self._listener.accept()
-            except (TimeoutError, socket.timeout):
+            except TimeoutError:
                 continue
             except OSError:
                 return

@@ -165,7 +165,7 @@ async def test_a_frozen_server_times_every_call_out_and_the_manager_recovers(
     managers = {name: connect(private.url, timeout=TIMEOUT) for name in ops}
     late = connect(private.url, timeout=60)
     try:
-        for name, manager in managers.items():
+        for manager in managers.values():
             await manager.open()
             for suffix in ("get", "save", "update", "delete"):
                 await manager.get_or_create(f"frozen-{suffix}")

@@ -127,6 +127,24 @@ class SessionManager(abc.ABC):
 
     Get one with `agentsessions.connect`; use it with ``async with`` or call
     `close` when done. A manager is safe to share between tasks of one event loop.
+
+    Every call ends within the ``timeout`` option (seconds, default 10), end to end:
+    connecting, waiting for a pooled connection and retries included. Past it the call
+    raises `BackendTimeoutError` (a `BackendUnavailableError`) naming the operation; its
+    connection is discarded and the manager keeps working once the server is back.
+
+    After an error a caller may assume:
+
+    * input errors (`InvalidInputError`, `SessionSerializationError`,
+      `PartialSessionError`): nothing reached the server;
+    * `SessionExistsError`, `SessionNotFoundError`, `SessionOwnershipError`,
+      `SessionConflictError`: a definite answer, nothing was written;
+    * `BackendUnavailableError` / `BackendTimeoutError` (or a cancellation) from a
+      read: nothing changed; from ``save``: the save may or may not have landed (whole,
+      never half), and ``save(session)`` again with the session unchanged re-sends it
+      with the same token, so it lands at most once; from ``update``: it has re-sent
+      its save until its deadline, so *fn*'s change is stored once or not at all;
+      from ``create`` or ``delete``: it may or may not have happened.
     """
 
     #: The options model; a backend subclasses `ManagerOptions` to add its own.
