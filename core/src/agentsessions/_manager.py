@@ -20,11 +20,7 @@ from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-<<<<<<< HEAD
-from . import _deadline, _json
-=======
-from . import _instrumentation, _json, _log
->>>>>>> main
+from . import _deadline, _instrumentation, _json, _log
 from ._clock import SYSTEM_CLOCK, Clock
 from ._deadline import ErrorRule
 from ._errors import (
@@ -234,27 +230,20 @@ class SessionManager(abc.ABC):
             return
         if self._closed:
             raise ManagerClosedError(f"{self!r} is closed")
-<<<<<<< HEAD
         async with _deadline.call(self, "open"):
             if self._open_lock is None:
                 self._open_lock = asyncio.Lock()
             async with self._open_lock:
                 if not self._opened:
-                    await self._open()
+                    try:
+                        await self._open()
+                    except BaseException as exc:
+                        error = exc if isinstance(exc, SessionError) else self._translate(exc)
+                        if isinstance(error, BackendUnavailableError):
+                            _instrumentation.connection_failed(self, error)
+                        raise
                     self._opened = True
-=======
-        if self._open_lock is None:
-            self._open_lock = asyncio.Lock()
-        async with self._open_lock:
-            if not self._opened:
-                try:
-                    await self._open()
-                except BackendUnavailableError as exc:
-                    _instrumentation.connection_failed(self, exc)
-                    raise
-                self._opened = True
-                _instrumentation.connection_opened(self)
->>>>>>> main
+                    _instrumentation.connection_opened(self)
 
     async def close(self) -> None:
         """Release connections. Idempotent; the manager cannot be used afterwards."""
@@ -526,6 +515,7 @@ class SessionManager(abc.ABC):
                     await self._save_until_answered(session)
                 except SessionConflictError:
                     if attempt >= retries:
+                        _log.retries_exhausted(self, retries)
                         raise
                     await backoff(attempt)
                     continue
@@ -538,21 +528,10 @@ class SessionManager(abc.ABC):
         while True:
             try:
                 await self.save(session)
-<<<<<<< HEAD
                 return
             except BackendUnavailableError:
                 attempt += 1
                 await backoff(attempt, cap=0.5)
-=======
-            except SessionConflictError:
-                if attempt >= retries:
-                    _log.retries_exhausted(self, retries)
-                    raise
-                await backoff(attempt)
-                continue
-            return session
-        raise AssertionError("unreachable")  # pragma: no cover
->>>>>>> main
 
     @asynccontextmanager
     async def session(
@@ -627,10 +606,13 @@ class SessionManager(abc.ABC):
     ) -> BackendUnavailableError:
         """A *kind* error for *exc*, with every trace of the password masked."""
         reason = scrub_secret(f"{type(exc).__name__}: {exc}", self._url)
-<<<<<<< HEAD
         if issubclass(kind, BackendTimeoutError):
-            return self._timed_out(f"the driver gave up first: {reason}")
-        return kind(self.url, reason)
+            error: BackendUnavailableError = self._timed_out(f"the driver gave up first: {reason}")
+        else:
+            error = kind(self.url, reason)
+        if self._opened:
+            _instrumentation.connection_lost(self, error)
+        return error
 
     def _timed_out(self, reason: str) -> BackendTimeoutError:
         """A `BackendTimeoutError` for the running call, saying why in *reason*."""
@@ -649,16 +631,10 @@ class SessionManager(abc.ABC):
     def _remaining(self, cap: float | None = None) -> float:
         """Seconds left before the running call's deadline, at most *cap*: for driver timeouts."""
         return _deadline.remaining(self, cap)
-=======
-        error = BackendUnavailableError(self.url, reason)
-        if self._opened:
-            _instrumentation.connection_lost(self, error)
-        return error
 
     def _migrations_applied(self, from_version: int, to_version: int) -> None:
         """Log that `_open` migrated the schema (operators want to know when)."""
         _log.migrations_applied(self, from_version, to_version)
->>>>>>> main
 
     # -- what a backend implements ------------------------------------------------------
     # The terms used below ("now", expiry, atomic) are defined once, in the docstring of

@@ -392,14 +392,11 @@ class SQLiteSessionManager(SessionManager):
             writer = await connect(self.path, busy, self._remaining)
             links.append(writer)
             await writer.call(_prepare_writer, options.synchronous, self.in_memory)
-<<<<<<< HEAD
             # Only a database that needs a migration costs the write lock: an up-to-date
             # one opens and reads while another process holds a long write transaction.
+            found = SCHEMA_VERSION
             if await writer.read(partial(migrate, check_only=True)):
-                await writer.write(migrate)
-=======
-            found = await writer.write(migrate)
->>>>>>> main
+                found = await writer.write(migrate)
             self._utf8 = await writer.call(_is_utf8)
             if self.in_memory:
                 reader = writer
