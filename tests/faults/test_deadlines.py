@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 import pytest
 import pytest_asyncio
-import servers
+import agentsessions_testservers as servers
 from agentsessions import (
     BackendTimeoutError,
     BackendUnavailableError,

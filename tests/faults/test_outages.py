@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Callable
 import asyncpg
 import pytest
 import pytest_asyncio
-import servers
+import agentsessions_testservers as servers
 from agentsessions import connect
 
 from faults._load import Load

@@ -28,6 +28,7 @@ from agentsessions.backend import (
     TOKENS_KEPT,
     Capabilities,
     ErrorRule,
+    EventRecord,
     LoadedSession,
     ManagerOptions,
     SaveRequest,
@@ -225,6 +226,24 @@ def _create(conn: sqlite3.Connection, namespace: str, record: SessionRecord, now
     # Either a fresh id (no events to delete: one index probe) or an expired session
     # being replaced, whose old events must go in the same transaction.
     conn.execute(_DELETE_EVENTS, (namespace, record.session_id))
+    return True
+
+
+def _restore(
+    conn: sqlite3.Connection,
+    namespace: str,
+    record: SessionRecord,
+    events: list[EventRecord],
+    now: int,
+) -> bool:
+    # One transaction: the record as given, then its events; a failure rolls back both.
+    if not _create(conn, namespace, record, now):
+        return False
+    if events:
+        conn.executemany(
+            _INSERT_EVENT,
+            [(namespace, record.session_id, event.position, event.data) for event in events],
+        )
     return True
 
 
@@ -456,6 +475,16 @@ class SQLiteSessionManager(SessionManager):
         writer, _ = self._links()
         created = await writer.write(_create, self.options.namespace, record, to_micros(now))
         if not created:
+            raise SessionExistsError(record.session_id)
+
+    async def _restore(
+        self, record: SessionRecord, events: list[EventRecord], now: datetime
+    ) -> None:
+        writer, _ = self._links()
+        restored = await writer.write(
+            _restore, self.options.namespace, record, events, to_micros(now)
+        )
+        if not restored:
             raise SessionExistsError(record.session_id)
 
     async def _load(
