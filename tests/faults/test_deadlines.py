@@ -14,9 +14,9 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
+import agentsessions_testservers as servers
 import pytest
 import pytest_asyncio
-import agentsessions_testservers as servers
 from agentsessions import (
     BackendTimeoutError,
     BackendUnavailableError,

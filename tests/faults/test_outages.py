@@ -15,10 +15,10 @@ import os
 import signal
 from collections.abc import AsyncIterator, Callable
 
+import agentsessions_testservers as servers
 import asyncpg
 import pytest
 import pytest_asyncio
-import agentsessions_testservers as servers
 from agentsessions import connect
 
 from faults._load import Load

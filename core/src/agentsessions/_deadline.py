@@ -1,7 +1,7 @@
 """One deadline per public call, and the one place where driver exceptions become ours.
 
-Every public `SessionManager` method runs inside `Call`: an `asyncio.timeout` at
-``now + options.timeout`` that covers the whole call (connecting, waiting for a pooled
+Every public `SessionManager` method runs inside `call`: a timer that cancels the task
+at ``now + options.timeout``, covering the whole call (connecting, waiting for a pooled
 connection, retries, every statement), and the translation of the exceptions a
 backend declares in ``driver_errors`` into `BackendUnavailableError` or
 `BackendTimeoutError`. Calls nested in one task (``update`` calls ``get`` and
