@@ -20,6 +20,8 @@ T = TypeVar("T")
 #: What a call may take beyond its deadline: the deadline is exact, but the event loop
 #: shares two cores with other test runs.
 MARGIN = 1.5
+#: (what, deadline, slowest call, calls) of each deadline check, printed at the end.
+DEADLINES: list[tuple[str, float, float, int]] = []
 
 
 class SilentServer:

@@ -8,10 +8,15 @@ import pytest
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     from faults._load import REPORT
+    from faults._tools import DEADLINES
 
-    if not REPORT:
+    if not REPORT and not DEADLINES:
         return
     terminalreporter.section("agentsessions fault suite")
+    for what, deadline, slowest, calls in DEADLINES:
+        terminalreporter.write_line(
+            f"deadline {deadline:g} s, {what}: {calls} calls, slowest {slowest:.2f} s"
+        )
     for report in REPORT:
         terminalreporter.write_line(report.line())
     total_calls = sum(report.calls for report in REPORT)

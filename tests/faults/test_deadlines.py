@@ -25,7 +25,7 @@ from agentsessions import (
     connect,
 )
 
-from faults._tools import MARGIN, SilentServer, frozen, timed
+from faults._tools import DEADLINES, MARGIN, SilentServer, frozen, timed
 
 pytestmark = pytest.mark.faults
 
@@ -71,12 +71,14 @@ def silent() -> Iterator[SilentServer]:
 
 
 async def _each_within_deadline(
-    managers: dict[str, SessionManager], ops: dict[str, Operation], limit: float
+    what: str, managers: dict[str, SessionManager], ops: dict[str, Operation], limit: float
 ) -> dict[str, tuple[float, BaseException | None]]:
     """Run every op at once (one manager each); return each one's time and error."""
     names = list(ops)
     results = await asyncio.gather(*(timed(ops[name](managers[name])) for name in names))
     outcome = dict(zip(names, results, strict=True))
+    slowest = max(took for took, _ in results)
+    DEADLINES.append((what, limit - MARGIN, slowest, len(results)))
     slow = {name: round(took, 2) for name, (took, _) in outcome.items() if took > limit}
     assert not slow, f"calls that overran {limit:g} s: {slow}"
     return outcome
@@ -90,7 +92,9 @@ async def test_every_call_against_a_silent_server_ends_at_its_deadline(
     ops = _operations("silent")
     managers = {name: connect(url, timeout=TIMEOUT) for name in ops}
     try:
-        outcome = await _each_within_deadline(managers, ops, TIMEOUT + MARGIN)
+        outcome = await _each_within_deadline(
+            f"{kind} silent server", managers, ops, TIMEOUT + MARGIN
+        )
     finally:
         await asyncio.gather(*(manager.close() for manager in managers.values()))
     for name, (_, error) in outcome.items():
@@ -111,7 +115,9 @@ async def test_wait_for_around_any_call_returns_on_time(kind: str, silent: Silen
 
     try:
         wrapped = {name: (lambda m, op=op: bounded(op, m)) for name, op in ops.items()}
-        outcome = await _each_within_deadline(managers, wrapped, TIMEOUT + MARGIN)
+        outcome = await _each_within_deadline(
+            f"{kind} silent server, wait_for", managers, wrapped, TIMEOUT + MARGIN
+        )
     finally:
         closing = asyncio.gather(*(manager.close() for manager in managers.values()))
         took, _ = await timed(closing)
@@ -171,7 +177,9 @@ async def test_a_frozen_server_times_every_call_out_and_the_manager_recovers(
                 await manager.get_or_create(f"frozen-{suffix}")
         await late.open()
         with frozen(private.pids):  # type: ignore[attr-defined]
-            outcome = await _each_within_deadline(managers, ops, TIMEOUT + MARGIN)
+            outcome = await _each_within_deadline(
+                f"{private.kind} frozen server", managers, ops, TIMEOUT + MARGIN
+            )
             wrapped = await timed(asyncio.wait_for(late.get("frozen-get"), TIMEOUT))
         for name, (_, error) in outcome.items():
             if name == "open":
