@@ -8,6 +8,7 @@ through the `SessionManager` it returns. Backend authors start at
 from ._clock import Clock, SystemClock
 from ._errors import (
     BackendConflictError,
+    BackendPluginError,
     BackendTimeoutError,
     BackendUnavailableError,
     InvalidInputError,
@@ -40,6 +41,7 @@ from ._version import __version__
 
 __all__ = [
     "BackendConflictError",
+    "BackendPluginError",
     "BackendSpec",
     "BackendTimeoutError",
     "BackendUnavailableError",
