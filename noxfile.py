@@ -76,7 +76,7 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def typecheck(session: nox.Session) -> None:
-    """mypy --strict on core and the kit (configured in pyproject.toml)."""
+    """mypy --strict on core, the kit, the backends, the bench and the tools (pyproject.toml)."""
     session.install("mypy>=1.13", *TEST_DEPS, *_editable(*MEMBERS))
     session.run("mypy")
 
