@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import nox
+import nox.virtualenv
 
 nox.options.default_venv_backend = "uv"
 nox.options.reuse_existing_virtualenvs = True
@@ -88,6 +89,8 @@ def tests(session: nox.Session) -> None:
     tests/backends (memory included) is run per backend by `conformance`.
     """
     session.install(*TEST_DEPS, *OTEL_TEST_DEPS, "redis>=5.3", *_editable(*MEMBERS))
+    # tests/core/test_install.py builds a fresh venv with the uv nox itself uses.
+    session.env.setdefault("AGENTSESSIONS_UV", shutil.which("uv") or nox.virtualenv.UV)
     session.run("pytest", "tests", "--ignore=tests/backends", *session.posargs)
 
 
