@@ -26,6 +26,7 @@ from agentsessions import (
 )
 from agentsessions.backend import (
     Capabilities,
+    EventRecord,
     LoadedSession,
     ManagerOptions,
     SaveRequest,
@@ -216,6 +217,17 @@ class RedisSessionManager(SessionManager):
     # -- one session --------------------------------------------------------------------
 
     async def _create(self, record: SessionRecord, now: datetime) -> None:
+        await self._insert(record, [], now)
+
+    async def _restore(
+        self, record: SessionRecord, events: list[EventRecord], now: datetime
+    ) -> None:
+        await self._insert(record, events, now)
+
+    async def _insert(
+        self, record: SessionRecord, events: list[EventRecord], now: datetime
+    ) -> None:
+        """The one script that writes a new session: empty (create) or whole (restore)."""
         session_id, user_id = record.session_id, record.user_id
         keys = self.keys.session(session_id)
         created = to_micros(record.created_at)
@@ -233,7 +245,11 @@ class RedisSessionManager(SessionManager):
             "" if expires is None else _pexpireat(expires),
             member,
             user_index,
+            record.version,
+            to_micros(record.updated_at),
+            record.event_count,
         ]
+        args.extend(event.data for event in events)
         if not self.cluster:
             index_keys = [self.keys.index] + ([user_index] if user_index else [])
             script_keys = [keys.hash, keys.events, *index_keys]
