@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -110,7 +111,7 @@ class _Fix:
 
 
 class RedisSessionManager(SessionManager):
-    """Sessions in Redis (``redis://``, ``rediss://``, ``unix://``) or a Redis Cluster
+    """Sessions in Redis (``redis://``, ``rediss://``, ``redis+unix://``) or a Redis Cluster
     (``redis+cluster://host:port,host:port``), through redis.asyncio."""
 
     Options: ClassVar[type[ManagerOptions]] = RedisOptions
@@ -145,7 +146,14 @@ class RedisSessionManager(SessionManager):
         super().__init__(url, options)
         assert isinstance(options, RedisOptions)
         self._settings = options
-        self.cluster = url.partition("://")[0].lower() in CLUSTER_SCHEMES
+        scheme = url.partition("://")[0].lower()
+        if scheme == "unix":
+            warnings.warn(
+                "the unix:// URL scheme is deprecated: use redis+unix:// (same form)",
+                DeprecationWarning,
+                stacklevel=4,
+            )
+        self.cluster = scheme in CLUSTER_SCHEMES
         if self.cluster:
             split_cluster_url(url)  # a malformed node list fails at connect(), not later
         self.keys = KeyLayout(options.namespace)
