@@ -29,6 +29,11 @@ from kit.broken import BROKEN, REFERENCES
 
 def suite(name, cls):
     class Suite(SessionManagerTests):
+        # The same sequences on every run, shrunk briefly: the mutation test must be
+        # deterministic and cheap.
+        machine_derandomize = True
+        machine_shrink_seconds = 2.0
+
         @pytest_asyncio.fixture
         async def manager(self, tmp_path):
             if issubclass(cls, SQLiteSessionManager):
