@@ -29,10 +29,10 @@ from kit.broken import BROKEN, REFERENCES
 
 def suite(name, cls):
     class Suite(SessionManagerTests):
-        # The same sequences on every run, shrunk briefly: the mutation test must be
-        # deterministic and cheap.
-        machine_derandomize = True
+        # Shrunk briefly: the mutation test must stay cheap. The backends that list the
+        # state machine among their catchers break something on almost every run.
         machine_shrink_seconds = 2.0
+        machine_examples = 50
 
         @pytest_asyncio.fixture
         async def manager(self, tmp_path):
