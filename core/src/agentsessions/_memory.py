@@ -8,13 +8,22 @@ manager; ``memory://NAME`` is shared by every manager in the process that uses N
 from __future__ import annotations
 
 import threading
+from collections import deque
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from ._errors import SessionConflictError, SessionExistsError, SessionNotFoundError
 from ._manager import ManagerOptions, SessionManager
 from ._models import SessionSummary
-from ._records import Capabilities, LoadedSession, SaveRequest, SessionRecord, decode_events
+from ._records import (
+    TOKENS_KEPT,
+    Capabilities,
+    EventRecord,
+    LoadedSession,
+    SaveRequest,
+    SessionRecord,
+    decode_events,
+)
 
 __all__ = ["MemorySessionManager"]
 
@@ -23,6 +32,7 @@ __all__ = ["MemorySessionManager"]
 class _Stored:
     record: SessionRecord
     events: list[str]
+    tokens: deque[str] = field(default_factory=lambda: deque(maxlen=TOKENS_KEPT))
 
 
 @dataclass
@@ -77,6 +87,15 @@ class MemorySessionManager(SessionManager):
                 raise SessionExistsError(record.session_id)
             space[record.session_id] = _Stored(record, [])
 
+    async def _restore(
+        self, record: SessionRecord, events: list[EventRecord], now: datetime
+    ) -> None:
+        with self._store.lock:
+            space = self._space
+            if _live(space.get(record.session_id), now) is not None:
+                raise SessionExistsError(record.session_id)
+            space[record.session_id] = _Stored(record, [event.data for event in events])
+
     async def _load(
         self, session_id: str, last_events: int | None, now: datetime
     ) -> LoadedSession | None:
@@ -99,6 +118,8 @@ class MemorySessionManager(SessionManager):
             stored = _live(self._space.get(session_id), now)
             if stored is None:
                 raise SessionNotFoundError(session_id)
+            if request.token in stored.tokens:
+                return  # a retry of a save that landed
             if stored.record.version != request.expected_version:
                 raise SessionConflictError(session_id, request.expected_version)
             # Ownership and creation time never change through a save.
@@ -111,6 +132,7 @@ class MemorySessionManager(SessionManager):
             # reader can see a half-applied save.
             del stored.events[request.keep :]
             stored.events.extend(event.data for event in request.new_events)
+            stored.tokens.append(request.token)
 
     async def _delete(self, session_id: str, now: datetime) -> bool:
         with self._store.lock:

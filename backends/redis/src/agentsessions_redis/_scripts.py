@@ -6,11 +6,15 @@ in KEYS, except the standalone-only index upkeep (KEYS[3] given), where the sess
 user index is named by the session hash itself; that branch never runs in a cluster.
 
 Writes carry a random token stored in the hash: a retry of a write that already
-landed (redis-py retries after a dropped connection) is recognised and reported as
-done instead of as a conflict, so retries never turn a success into an error.
+landed (redis-py retries after a dropped connection, or the caller saves again after
+an ambiguous failure) is recognised and reported as done instead of as a conflict, so
+a save is never applied twice. A create stores its token in ``t``; each save prepends
+its own, and ``t`` keeps the latest `TOKENS_KEPT`, 32 hex characters each.
 """
 
 from __future__ import annotations
+
+from agentsessions.backend import TOKENS_KEPT
 
 __all__ = ["CREATE", "DELETE", "LOAD", "SAVE", "MOVE_INDEX_ENTRY", "HASH_FIELDS"]
 
@@ -37,7 +41,8 @@ return {rec, events}
 
 # KEYS: hash, events [, global index [, user index]] (indexes: standalone only).
 # ARGV: now, token, id, user ('' = none), state, created, expires (''), pexpireat (''),
-#       global index member, user index key.
+#       global index member, user index key, version, updated, event count, event texts...
+# A create passes version 1, updated = created and no events; a restore the session's own.
 # Returns {1} when created, {0, created_at of the live session} when the id is taken.
 CREATE = """
 local cur = redis.call('HMGET', KEYS[1], 't', 'x', 'c', 'u', 'uk')
@@ -50,8 +55,8 @@ if cur[1] then
     if cur[5] then redis.call('ZREM', cur[5], ARGV[3]) end
   end
 end
-local fields = {'id', ARGV[3], 's', ARGV[5], 'v', '1', 'c', ARGV[6], 'm', ARGV[6],
-                'n', '0', 't', ARGV[2]}
+local fields = {'id', ARGV[3], 's', ARGV[5], 'v', ARGV[11], 'c', ARGV[6], 'm', ARGV[12],
+                'n', ARGV[13], 't', ARGV[2]}
 if ARGV[4] ~= '' then
   fields[#fields + 1] = 'u'; fields[#fields + 1] = ARGV[4]
   fields[#fields + 1] = 'uk'; fields[#fields + 1] = ARGV[10]
@@ -59,8 +64,18 @@ end
 if ARGV[7] ~= '' then
   fields[#fields + 1] = 'x'; fields[#fields + 1] = ARGV[7]
 end
+local first, last = 14, #ARGV
+while first <= last do
+  -- unpack() is bounded by the Lua C stack: push in slices.
+  local stop = math.min(first + 999, last)
+  redis.call('RPUSH', KEYS[2], unpack(ARGV, first, stop))
+  first = stop + 1
+end
 redis.call('HSET', KEYS[1], unpack(fields))
-if ARGV[8] ~= '' then redis.call('PEXPIREAT', KEYS[1], ARGV[8]) end
+if ARGV[8] ~= '' then
+  redis.call('PEXPIREAT', KEYS[1], ARGV[8])
+  if last >= 14 then redis.call('PEXPIREAT', KEYS[2], ARGV[8]) end
+end
 if KEYS[3] then
   redis.call('ZADD', KEYS[3], ARGV[6], ARGV[9])
   if KEYS[4] then redis.call('ZADD', KEYS[4], ARGV[6], ARGV[3]) end
@@ -70,11 +85,17 @@ return {1}
 
 # KEYS: hash, events. ARGV: now, expected version, token, keep, state, version,
 #       updated, expires (''), pexpireat (''), event count, new event texts...
-# Returns 1 saved, 0 absent or expired, -1 version conflict (nothing written).
+# Returns 1 saved (or saved before: the token is stored), 0 absent or expired, -1
+# version conflict (nothing written).
 SAVE = """
 local cur = redis.call('HMGET', KEYS[1], 't', 'v', 'x')
 if not cur[1] then return 0 end
-if cur[1] == ARGV[3] then return 1 end
+local tokens = cur[1]
+if #tokens % 32 ~= 0 then tokens = '' end
+for i = 1, #tokens, 32 do
+  if string.sub(tokens, i, i + 31) == ARGV[3] then return 1 end
+end
+tokens = ARGV[3] .. string.sub(tokens, 1, {keep_chars})
 if cur[3] and tonumber(cur[3]) <= tonumber(ARGV[1]) then return 0 end
 if cur[2] ~= ARGV[2] then return -1 end
 local keep = tonumber(ARGV[4])
@@ -94,18 +115,18 @@ while first <= last do
 end
 if ARGV[8] ~= '' then
   redis.call('HSET', KEYS[1], 's', ARGV[5], 'v', ARGV[6], 'm', ARGV[7], 'n', ARGV[10],
-             't', ARGV[3], 'x', ARGV[8])
+             't', tokens, 'x', ARGV[8])
   redis.call('PEXPIREAT', KEYS[1], ARGV[9])
   redis.call('PEXPIREAT', KEYS[2], ARGV[9])
 else
   redis.call('HSET', KEYS[1], 's', ARGV[5], 'v', ARGV[6], 'm', ARGV[7], 'n', ARGV[10],
-             't', ARGV[3])
+             't', tokens)
   redis.call('HDEL', KEYS[1], 'x')
   redis.call('PERSIST', KEYS[1])
   redis.call('PERSIST', KEYS[2])
 end
 return 1
-"""
+""".replace("{keep_chars}", str(32 * (TOKENS_KEPT - 1)))
 
 # KEYS: hash, events [, global index] (standalone only).
 # ARGV: now, mode ('any', 'user': only if owned by ARGV[3], 'expired': only if expired).

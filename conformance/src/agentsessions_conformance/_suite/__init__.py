@@ -20,6 +20,7 @@ from ._tests_isolation import IsolationTests
 from ._tests_lifecycle import LifecycleTests
 from ._tests_listing import ListingTests
 from ._tests_model import ModelTests
+from ._tests_restore import RestoreTests
 from ._tests_save import SaveTests
 from ._tests_ttl import TtlTests
 from ._tests_update import UpdateTests
@@ -37,6 +38,7 @@ class SessionManagerTests(
     TtlTests,
     IsolationTests,
     ConcurrencyTests,
+    RestoreTests,
     ListingTests,
     ErasureTests,
     DeleteTests,

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from kit._run import Run, run_pytest
-from kit.broken import BROKEN, REFERENCES
+from conformance._run import Run, run_pytest
+from conformance.broken import BROKEN, REFERENCES
 
 MODULE = """
 import uuid
@@ -24,7 +24,7 @@ from agentsessions import MemorySessionManager
 from agentsessions_conformance import SessionManagerTests, memory_inventory, sqlite_inventory
 from agentsessions_sqlite import SQLiteSessionManager
 
-from kit.broken import BROKEN, REFERENCES
+from conformance.broken import BROKEN, REFERENCES
 
 
 def suite(name, cls):

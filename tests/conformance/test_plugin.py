@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kit._run import run_pytest
+from conformance._run import run_pytest
 
 UNRELATED = """
 def test_unrelated():
@@ -19,7 +19,7 @@ import pytest_asyncio
 from agentsessions import MemorySessionManager
 from agentsessions_conformance import SessionManagerTests, memory_inventory
 
-from kit.broken import OverwritingCreateManager
+from conformance.broken import OverwritingCreateManager
 
 
 class TestBroken(SessionManagerTests):
@@ -151,8 +151,9 @@ def test_failures_are_reported_with_their_message(tmp_path: Path) -> None:
     assert clause["outcome"] == "failed"
     assert "DID NOT RAISE" in clause["message"]
     assert "OverwritingCreateManager" in json.dumps(run.report["backends"])
-    assert "test_adopter.py::TestBroken: kit.broken.OverwritingCreateManager at memory://" in (
-        run.output
+    assert (
+        "test_adopter.py::TestBroken: conformance.broken.OverwritingCreateManager at memory://"
+        in (run.output)
     )
 
 
