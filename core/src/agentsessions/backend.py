@@ -5,8 +5,13 @@ methods have already validated ids, checked JSON and worked out what changed.
 Register it with an entry point in the group ``agentsessions.backends`` (one entry
 per URL scheme, pointing at a light module whose `hookimpl` returns `BackendSpec`s),
 or in code with `agentsessions.register_backend`. Check it with the conformance kit.
+
+A manager is used from any event loop and thread. A driver whose connections belong
+to one event loop keeps them in `SessionManager.per_loop`; a lock shared by all loops
+is a `LoopLock`, never an ``asyncio.Lock``.
 """
 
+from ._loops import LoopLock, PerLoop
 from ._manager import ManagerOptions, SessionManager, validate_id
 from ._records import (
     Capabilities,
@@ -28,7 +33,9 @@ __all__ = [
     "Capabilities",
     "EventRecord",
     "LoadedSession",
+    "LoopLock",
     "ManagerOptions",
+    "PerLoop",
     "SaveRequest",
     "SessionManager",
     "SessionRecord",

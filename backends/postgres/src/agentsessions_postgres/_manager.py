@@ -99,11 +99,24 @@ class PostgresSessionManager(SessionManager):
         self._opts = options
         self._ns = options.namespace
         self._sql = statements(options.schema)
-        self._pool: asyncpg.Pool[Any] | None = None
+        # asyncpg connections belong to the loop that opened them (using one from
+        # another loop can crash the process), so each event loop gets its own pool.
+        self._pools = self.per_loop(self._new_pool, _close_pool, _drop_pool)
+        self._migrated = False
 
     # -- lifecycle ----------------------------------------------------------------------
 
     async def _open(self) -> None:
+        await self._pools.get()
+
+    async def _close(self) -> None:
+        pass  # the pools are per loop: the base class closes them all
+
+    @property
+    def _pool(self) -> asyncpg.Pool[Any]:
+        return self._pools.current()
+
+    async def _new_pool(self) -> asyncpg.Pool[Any]:
         opts = self._opts
         connect_kwargs: dict[str, Any] = {"timeout": opts.connect_timeout}
         if opts.pgbouncer:
@@ -128,6 +141,8 @@ class PostgresSessionManager(SessionManager):
             # asyncpg has already terminated whatever it had connected; the next call
             # opens afresh, so a server that was down at first use is no obstacle later.
             raise self._unavailable(exc) from None
+        if self._migrated:
+            return pool
         try:
             async with pool.acquire() as connection:
                 await self._migrate(connection)
@@ -136,15 +151,8 @@ class PostgresSessionManager(SessionManager):
             if isinstance(exc, _DRIVER_ERRORS):
                 raise self._unavailable(exc) from None
             raise
-        self._pool = pool
-
-    async def _close(self) -> None:
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            try:
-                await pool.close()
-            except _DRIVER_ERRORS:
-                pool.terminate()  # the server is gone: just drop the sockets
+        self._migrated = True
+        return pool
 
     async def _migrate(self, connection: _Connection) -> None:
         """Bring the schema to `LATEST_VERSION`, exactly once across racing processes.
@@ -203,8 +211,6 @@ class PostgresSessionManager(SessionManager):
         at a time.
         """
         pool = self._pool
-        if pool is None:  # pragma: no cover - the base class opens before any hook
-            raise RuntimeError("manager is not open")
         try:
             async with pool.acquire() as connection:
                 yield connection
@@ -221,8 +227,6 @@ class PostgresSessionManager(SessionManager):
         with itself; a statement that failed on a live connection would fail again.
         """
         pool = self._pool
-        if pool is None:  # pragma: no cover - the base class opens before any hook
-            raise RuntimeError("manager is not open")
         try:
             async with pool.acquire() as connection:
                 return await connection.fetch(sql, *args)
@@ -387,6 +391,17 @@ class PostgresSessionManager(SessionManager):
             purged += len(ids)
             if len(ids) < PURGE_BATCH:
                 return purged
+
+
+async def _close_pool(pool: asyncpg.Pool[Any]) -> None:
+    try:
+        await pool.close()
+    except _DRIVER_ERRORS:
+        pool.terminate()  # the server is gone: just drop the sockets
+
+
+def _drop_pool(pool: asyncpg.Pool[Any]) -> None:
+    pool.terminate()
 
 
 def _now() -> datetime:

@@ -11,17 +11,30 @@ of awaiting each statement:
 * one thread hop per operation instead of four or five (measured: an append costs
   about half as much; see README).
 
-aiosqlite has no public name for "run this function on the connection's thread"; its
-own methods all go through ``Connection._execute``, which is what `Link` uses.
+aiosqlite has no public name for "run this function on the connection's thread"; `Link`
+queues its calls on the connection's work queue itself, with a future of the caller's
+running loop, so one connection serves every event loop and thread of the process. The
+result is handed back with a guard aiosqlite lacks: when the caller's loop has closed
+meanwhile (a thread's ``asyncio.run`` ended during a call), the result is discarded,
+where aiosqlite's own hand-back would raise and kill the worker thread for everyone.
+
+The worker threads are daemon threads, so a program that never closes its manager
+still exits; an exit hook closes what is still open first (bounded), which finishes a
+transaction in flight. A save that returned has committed, so nothing acknowledged
+depends on that hook.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
+import contextlib
 import sqlite3
+import threading
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar, cast
+import weakref
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import aiosqlite
 
@@ -33,6 +46,8 @@ T = TypeVar("T")
 _BUSY_CODES = frozenset({5, 6})
 _FIRST_RETRY_DELAY = 0.001
 _MAX_RETRY_DELAY = 0.05
+#: How long the exit hook waits for each connection still open to finish and close.
+_EXIT_CLOSE_TIMEOUT = 5.0
 
 
 def is_busy(exc: BaseException) -> bool:
@@ -86,15 +101,13 @@ def _transaction(
     return _retrying_busy(timeout, attempt)
 
 
-def _boxed(fn: Callable[..., T], *args: Any) -> list[T]:
-    """``[fn(*args)]``: the caller pops the result out of the box.
-
-    aiosqlite's worker thread keeps its last result in a local variable until the next
-    call returns. A loaded session (5,000 events, say) would then be freed in that
-    thread, in the middle of the next, unrelated call: 1.5-2 ms landing on a 0.3 ms
-    read. Emptied by the caller, the box is all the thread keeps.
-    """
-    return [fn(*args)]
+def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if future.done():  # the caller was cancelled; the work itself ran to its end
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
 
 
 class Link:
@@ -104,8 +117,31 @@ class Link:
         self.conn = conn
         self._busy_timeout = busy_timeout
         self._raw: sqlite3.Connection = conn._conn
-        # aiosqlite does not annotate _execute; this is its real signature.
-        self._execute = cast(Callable[..., Awaitable[Any]], conn._execute)
+        self._queue = conn._tx
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` in the connection thread; its result in the caller's loop."""
+        conn = self.conn
+        if not conn._running or conn._connection is None:
+            raise ValueError("Connection closed")
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+
+        def work() -> None:
+            # The result lives only in this frame and the callback: nothing keeps a
+            # loaded session alive in the worker thread after it is handed back.
+            result: Any = None
+            error: BaseException | None = None
+            try:
+                result = fn(*args)
+            except BaseException as exc:  # every outcome goes back to the caller
+                error = exc
+            # RuntimeError: the caller's loop is closed, nobody is waiting any more.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(_settle, future, result, error)
+
+        self._queue.put_nowait((None, work))
+        return await future
 
     async def write(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(conn, *args)`` inside ``BEGIN IMMEDIATE``/``COMMIT``, in the connection thread.
@@ -115,32 +151,56 @@ class Link:
         ``busy_timeout`` (a deferred transaction that upgrades to a writer fails at once
         with SQLITE_BUSY when another writer committed in between).
         """
-        box = await self._execute(
-            _boxed, _transaction, self._raw, "BEGIN IMMEDIATE", self._busy_timeout, fn, args
+        return await self._run(
+            _transaction, self._raw, "BEGIN IMMEDIATE", self._busy_timeout, fn, args
         )
-        return cast(T, box.pop())
 
     async def read(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(conn, *args)`` inside a read transaction: all its queries see one snapshot."""
-        box = await self._execute(
-            _boxed, _transaction, self._raw, "BEGIN", self._busy_timeout, fn, args
-        )
-        return cast(T, box.pop())
+        return await self._run(_transaction, self._raw, "BEGIN", self._busy_timeout, fn, args)
 
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(conn, *args)`` in the connection thread, outside any transaction."""
-        box = await self._execute(
-            _boxed, _retrying_busy, self._busy_timeout, lambda: fn(self._raw, *args)
-        )
-        return cast(T, box.pop())
+        return await self._run(_retrying_busy, self._busy_timeout, lambda: fn(self._raw, *args))
 
     async def close(self) -> None:
+        _open_links.discard(self)
         await self.conn.close()
+
+    def close_at_exit(self) -> None:
+        """Without an event loop: finish queued work, close, wait (bounded)."""
+        conn = self.conn
+        if not conn._running or conn._connection is None:
+            return
+        conn._running = False
+        done = threading.Event()
+
+        def close() -> None:
+            try:
+                self._raw.close()
+            finally:
+                conn._connection = None
+                done.set()
+
+        self._queue.put_nowait((None, close))
+        # The idle daemon thread is left to the interpreter's exit.
+        done.wait(_EXIT_CLOSE_TIMEOUT)
+
+
+_open_links: weakref.WeakSet[Link] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_links() -> None:
+    for link in list(_open_links):
+        link.close_at_exit()
 
 
 async def connect(path: str, busy_timeout: float) -> Link:
     """Open *path* in autocommit mode (we issue BEGIN/COMMIT ourselves)."""
     conn = aiosqlite.connect(path, isolation_level=None, timeout=busy_timeout)
+    # Not joined at interpreter exit (see the module docstring).
+    conn._thread.daemon = True
     try:
         await conn
     except BaseException:
@@ -151,4 +211,6 @@ async def connect(path: str, busy_timeout: float) -> Link:
                 break
             await asyncio.sleep(0.001)
         raise
-    return Link(conn, busy_timeout)
+    link = Link(conn, busy_timeout)
+    _open_links.add(link)
+    return link

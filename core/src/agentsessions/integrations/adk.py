@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import threading
 import uuid
 import weakref
 from collections.abc import AsyncIterator, Coroutine
@@ -93,6 +94,7 @@ from .._errors import (
     SessionNotFoundError,
     SessionSerializationError,
 )
+from .._loops import LoopLock
 from .._manager import SessionManager
 from .._models import Event, Session
 from ._shared import finish_despite_cancellation
@@ -246,7 +248,9 @@ class AgentSessionsSessionService(BaseSessionService):
         # One lock per session key serializes appends from tasks of this process that
         # share one Session object (parallel agents), as ADK's DatabaseSessionService
         # does; without it the second would see its own first append as "stale".
-        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+        # LoopLocks, because one service may serve several event loops (threads).
+        self._locks: weakref.WeakValueDictionary[str, LoopLock] = weakref.WeakValueDictionary()
+        self._locks_mutex = threading.Lock()
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} on {self.manager!r}>"
@@ -543,9 +547,10 @@ class AgentSessionsSessionService(BaseSessionService):
 
     @asynccontextmanager
     async def _lock(self, key: str) -> AsyncIterator[None]:
-        lock = self._locks.get(key)
-        if lock is None:
-            lock = asyncio.Lock()
-            self._locks[key] = lock
+        with self._locks_mutex:
+            lock = self._locks.get(key)
+            if lock is None:
+                lock = LoopLock()
+                self._locks[key] = lock
         async with lock:  # the local name keeps the lock alive while it is held
             yield
