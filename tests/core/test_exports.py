@@ -7,16 +7,17 @@ import types
 
 import agentsessions
 import agentsessions.backend
+import agentsessions.sync
 import pytest
 
 
-@pytest.mark.parametrize("module", [agentsessions, agentsessions.backend])
+@pytest.mark.parametrize("module", [agentsessions, agentsessions.backend, agentsessions.sync])
 def test_all_names_exist(module: types.ModuleType) -> None:
     missing = [name for name in module.__all__ if not hasattr(module, name)]
     assert missing == []
 
 
-@pytest.mark.parametrize("module", [agentsessions, agentsessions.backend])
+@pytest.mark.parametrize("module", [agentsessions, agentsessions.backend, agentsessions.sync])
 def test_all_is_complete(module: types.ModuleType) -> None:
     public = {
         name

@@ -5,6 +5,7 @@ through the `SessionManager` it returns. Backend authors start at
 `agentsessions.backend`.
 """
 
+from ._clock import Clock, SystemClock
 from ._errors import (
     BackendConflictError,
     BackendUnavailableError,
@@ -40,6 +41,7 @@ __all__ = [
     "BackendSpec",
     "BackendUnavailableError",
     "Capabilities",
+    "Clock",
     "Event",
     "InvalidInputError",
     "InvalidOptionError",
@@ -58,6 +60,7 @@ __all__ = [
     "SessionPage",
     "SessionSerializationError",
     "SessionSummary",
+    "SystemClock",
     "UnknownBackendError",
     "__version__",
     "connect",
