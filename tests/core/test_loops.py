@@ -148,3 +148,19 @@ def test_aclose_releases_other_threads_running_loops_in_those_loops() -> None:
             await resources.per_loop.get()
 
     asyncio.run(after())
+
+
+def test_aclose_releases_an_idle_loops_resource_in_that_loop() -> None:
+    resources = _Resources()
+    idle = asyncio.new_event_loop()  # as Runner.run_sync leaves its default loop: open
+    try:
+        idle.run_until_complete(resources.per_loop.get())
+
+        async def close_all() -> None:
+            await resources.per_loop.aclose()
+
+        asyncio.run(close_all())
+        assert resources.closed == [idle]
+        assert resources.dropped == []
+    finally:
+        idle.close()

@@ -308,3 +308,19 @@ def test_a_script_that_never_closes_exits_with_its_save(persistent_url: str) -> 
         assert stored is not None
         assert [e.content for e in stored.events] == ["from a script"] * 2
         manager.delete("script")
+
+
+def test_the_documented_example_runs_as_written(persistent_url: str, tmp_path: Path) -> None:
+    text = (Path(__file__).parents[2] / "docs" / "sync.md").read_text()
+    example = text.split("```python\n", 1)[1].split("```", 1)[0]
+    script = tmp_path / "example.py"
+    script.write_text(example)
+    done = subprocess.run(
+        [sys.executable, str(script), persistent_url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "20 requests, 20 events"

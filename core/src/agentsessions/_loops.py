@@ -234,8 +234,9 @@ class PerLoop(Generic[T]):
                 step.close()
 
     async def aclose(self) -> None:
-        """Release every loop's resource: this loop's gracefully, another thread's
-        running loop's gracefully in that loop (bounded wait), the rest by dropping."""
+        """Release every loop's resource, each gracefully in its own loop (bounded
+        waits): this loop's here, a running loop's by handing it the work, an idle
+        loop's by running it briefly; a closed loop's resource is dropped."""
         here = asyncio.get_running_loop()
         with self._mutex:
             self._closed = True
@@ -247,11 +248,31 @@ class PerLoop(Generic[T]):
             loop = entry.loop
             if loop is here:
                 await self._release(entry)
-            elif loop.is_running() and not loop.is_closed():
+            elif loop.is_closed():
+                self._abandon(entry)
+            elif loop.is_running():
                 try:
                     done = asyncio.run_coroutine_threadsafe(self._release(entry), loop)
                     await asyncio.wait_for(asyncio.wrap_future(done), CROSS_LOOP_CLOSE_TIMEOUT)
                 except (Exception, asyncio.TimeoutError):
                     self._abandon(entry)
-            else:
+            elif not await asyncio.to_thread(self._release_in_idle_loop, entry):
                 self._abandon(entry)
+
+    def _release_in_idle_loop(self, entry: _Entry[T]) -> bool:
+        """Run a loop that is open but idle (``Runner.run_sync`` leaves its thread's
+        default loop so) just long enough to close its resource there, from a thread
+        of our own: the calling thread runs a loop already."""
+        outcome: list[bool] = []
+
+        def run() -> None:
+            try:
+                entry.loop.run_until_complete(self._release(entry))
+                outcome.append(True)
+            except Exception:  # started meanwhile by its owner, or closed: drop instead
+                outcome.append(False)
+
+        helper = threading.Thread(target=run, name="agentsessions-release", daemon=True)
+        helper.start()
+        helper.join(CROSS_LOOP_CLOSE_TIMEOUT)
+        return bool(outcome and outcome[0])
