@@ -22,6 +22,7 @@ from ._errors import (
     SessionSerializationError,
     UnknownBackendError,
 )
+from ._instrumentation import instrument, uninstrument
 from ._manager import ManagerOptions, SessionManager
 from ._memory import MemorySessionManager
 from ._models import Event, Session, SessionPage, SessionSummary
@@ -65,7 +66,9 @@ __all__ = [
     "__version__",
     "connect",
     "installed_backends",
+    "instrument",
     "mask_url",
     "register_backend",
+    "uninstrument",
     "unregister_backend",
 ]

@@ -125,6 +125,8 @@ class MongoSessionManager(SessionManager):
     capabilities: Capabilities = Capabilities(
         persistent=True, shared=True, ttl=True, namespaces=True, max_event_bytes=_MAX_EVENT_BYTES
     )
+    db_system = "mongodb"
+    default_port = 27017
 
     options: MongoOptions
 
