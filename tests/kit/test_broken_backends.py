@@ -43,14 +43,14 @@ EXPECTED_FAILURES = {
         "test_create_never_overwrites",
         "test_concurrent_creates_exactly_one_wins",
         "test_concurrent_creates_across_managers",
-        "test_threads_with_own_loops_race_one_create",
+        "test_loops_in_threads_race_one_create",
     },
     "LostSave": {
         "test_save_stale_copy_raises_conflict",
         "test_concurrent_saves_exactly_one_lands",
         "test_concurrent_saves_across_managers",
         # Updates from threads overwrite each other's events:
-        "test_threads_with_own_loops_update_one_session",
+        "test_loops_in_threads_update_one_session",
     },
     "Aliasing": {
         "test_create_state_is_copied",

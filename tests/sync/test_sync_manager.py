@@ -324,3 +324,28 @@ def test_the_documented_example_runs_as_written(persistent_url: str, tmp_path: P
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "20 requests, 20 events"
+
+
+def test_a_call_in_flight_when_closing_is_told_the_manager_closed() -> None:
+    manager = connect("memory://")
+    manager.open()
+    outcome: list[BaseException | None] = []
+
+    def slow_call() -> None:
+        try:
+            manager._run(asyncio.sleep(TIMEOUT))  # stands in for a slow round trip
+            outcome.append(None)
+        except BaseException as exc:  # reported to the test
+            outcome.append(exc)
+
+    caller = threading.Thread(target=slow_call, daemon=True)
+    caller.start()
+    for _ in range(1000):  # until the call is running on the loop (bounded)
+        runner = manager._runner
+        if runner is not None and len(asyncio.all_tasks(runner.loop)) > 0:
+            break
+        threading.Event().wait(0.005)
+    manager.close()
+    caller.join(TIMEOUT)
+    assert not caller.is_alive(), "a call in flight hung when the manager closed"
+    assert len(outcome) == 1 and isinstance(outcome[0], ManagerClosedError)

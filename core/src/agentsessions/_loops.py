@@ -24,9 +24,9 @@ __all__ = ["LoopLock", "PerLoop"]
 
 T = TypeVar("T")
 
-#: How long `PerLoop.aclose` waits for another thread's running loop to release its
-#: resource before dropping it without a goodbye to the server.
-CROSS_LOOP_CLOSE_TIMEOUT = 10.0
+#: How long closing one loop's resource may take before it is dropped without a
+#: goodbye to the server (a server that stopped answering).
+CLOSE_TIMEOUT = 10.0
 
 
 class LoopLock:
@@ -204,8 +204,15 @@ class PerLoop(Generic[T]):
                 with self._mutex:
                     if self._entries.get(entry.loop) is entry:
                         del self._entries[entry.loop]
-                with contextlib.suppress(Exception):
-                    await self._close(entry.value)  # type: ignore[arg-type]
+                value: T = entry.value  # type: ignore[assignment]
+                try:
+                    # Bounded: a server that stopped answering must not hold up the
+                    # loop's shutdown; its sockets are then dropped instead.
+                    await asyncio.wait_for(self._close(value), CLOSE_TIMEOUT)
+                except (Exception, asyncio.TimeoutError):
+                    if self._drop is not None:
+                        with contextlib.suppress(Exception):
+                            self._drop(value)
 
     async def _release(self, entry: _Entry[T]) -> None:
         """In *entry*'s own loop: close its resource gracefully."""
@@ -253,7 +260,7 @@ class PerLoop(Generic[T]):
             elif loop.is_running():
                 try:
                     done = asyncio.run_coroutine_threadsafe(self._release(entry), loop)
-                    await asyncio.wait_for(asyncio.wrap_future(done), CROSS_LOOP_CLOSE_TIMEOUT)
+                    await asyncio.wait_for(asyncio.wrap_future(done), CLOSE_TIMEOUT)
                 except (Exception, asyncio.TimeoutError):
                     self._abandon(entry)
             elif not await asyncio.to_thread(self._release_in_idle_loop, entry):
@@ -274,5 +281,5 @@ class PerLoop(Generic[T]):
 
         helper = threading.Thread(target=run, name="agentsessions-release", daemon=True)
         helper.start()
-        helper.join(CROSS_LOOP_CLOSE_TIMEOUT)
+        helper.join(CLOSE_TIMEOUT)
         return bool(outcome and outcome[0])

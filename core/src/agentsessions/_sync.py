@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import concurrent.futures
 import contextlib
 import inspect
 import threading
@@ -30,7 +31,12 @@ from collections.abc import Callable, Coroutine, Iterator
 from types import TracebackType
 from typing import Any, TypeVar
 
-from ._errors import InvalidInputError, SessionConflictError, SessionNotFoundError
+from ._errors import (
+    InvalidInputError,
+    ManagerClosedError,
+    SessionConflictError,
+    SessionNotFoundError,
+)
 from ._manager import DEFAULT_UPDATE_RETRIES, ManagerOptions, SessionManager, backoff_delay
 from ._models import Session, SessionPage
 from ._records import Capabilities
@@ -58,22 +64,25 @@ class _LoopThread:
         try:
             self.loop.run_forever()
         finally:
-            # As asyncio.run does: per-loop connections close in their own loop.
+            # As asyncio.run does: a call still in flight is cancelled (its caller is
+            # told the manager closed), and per-loop connections close in their loop.
             with contextlib.suppress(Exception):
+                tasks = asyncio.all_tasks(self.loop)
+                for task in tasks:
+                    task.cancel()
+                if tasks:
+                    self.loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
                 self.loop.run_until_complete(self.loop.shutdown_asyncgens())
             self.loop.close()
 
     def in_loop_thread(self) -> bool:
         return threading.current_thread() is self._thread
 
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
-        try:
-            return future.result()
-        except BaseException:
-            # KeyboardInterrupt in the caller, say: the work stops too.
-            future.cancel()
-            raise
+        return _wait(self.submit(coro))
 
     def stop(self) -> None:
         with contextlib.suppress(RuntimeError):  # already closed
@@ -102,6 +111,15 @@ def _run_aside(coro: Coroutine[Any, Any, T]) -> T:
     if ok:
         return value  # type: ignore[no-any-return]
     raise value
+
+
+def _wait(future: concurrent.futures.Future[T]) -> T:
+    try:
+        return future.result()
+    except BaseException:
+        # KeyboardInterrupt in the caller, say: the work stops too.
+        future.cancel()
+        raise
 
 
 _live: weakref.WeakSet[SyncSessionManager] = weakref.WeakSet()
@@ -138,21 +156,27 @@ class SyncSessionManager:
     # -- plumbing ---------------------------------------------------------------------
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
-        runner = self._runner
-        if runner is None:
-            with self._lock:
-                if self._runner is None and not self._closed:
-                    self._runner = _LoopThread(f"agentsessions-sync {self.url}")
-                    _live.add(self)
-                runner = self._runner
-            if runner is None:  # closed: the manager itself says so, as async code sees
-                return _run_aside(coro)
-        if runner.in_loop_thread():
-            coro.close()
-            raise RuntimeError(
-                "a SyncSessionManager cannot be called from its own event loop thread"
-            )
-        return runner.run(coro)
+        # Submitted under the lock, so a call either reaches the loop before close()
+        # takes it, or sees the manager closed.
+        with self._lock:
+            runner = self._runner
+            if runner is None and not self._closed:
+                runner = self._runner = _LoopThread(f"agentsessions-sync {self.url}")
+                _live.add(self)
+            if runner is not None and runner.in_loop_thread():
+                coro.close()
+                raise RuntimeError(
+                    "a SyncSessionManager cannot be called from its own event loop thread"
+                )
+            future = None if runner is None else runner.submit(coro)
+        if future is None:  # closed: the manager itself says so, as async code sees
+            return _run_aside(coro)
+        try:
+            return _wait(future)
+        except concurrent.futures.CancelledError:
+            if self._closed:  # in flight when close() stopped the loop
+                raise ManagerClosedError(f"{self!r} is closed") from None
+            raise
 
     @property
     def manager(self) -> SessionManager:

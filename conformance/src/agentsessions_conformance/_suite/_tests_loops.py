@@ -60,6 +60,7 @@ def raised(results: list[Any]) -> list[BaseException]:
 
 class LoopTests(SuiteBase):
     async def test_loops_in_sequence_share_one_manager(self, manager: SessionManager) -> None:
+        """Loops one after another (asyncio.run() per request) share the manager; all saves land."""
         session_id = self.new_id()
 
         async def first() -> None:
@@ -89,7 +90,8 @@ class LoopTests(SuiteBase):
         reread = await self.readback(manager, session_id)
         assert reread is not None and reread.version == 3
 
-    async def test_a_new_loop_after_the_previous_one_closed(self, manager: SessionManager) -> None:
+    async def test_loops_each_new_one_after_the_last_closed(self, manager: SessionManager) -> None:
+        """Each new loop, after the last one closed, updates through the same manager."""
         session_id = self.new_id()
         await manager.create(session_id)
         rounds = 4
@@ -107,7 +109,8 @@ class LoopTests(SuiteBase):
         assert stored is not None
         assert [e.content for e in stored.events] == [f"round {n}" for n in range(rounds)]
 
-    async def test_threads_with_own_loops_update_one_session(self, manager: SessionManager) -> None:
+    async def test_loops_in_threads_update_one_session(self, manager: SessionManager) -> None:
+        """Threads with their own loops update() one session at once: every update lands."""
         session_id = self.new_id()
         await manager.create(session_id, state={"count": 0})
 
@@ -136,7 +139,8 @@ class LoopTests(SuiteBase):
         assert stored.state == {"count": expected}
         assert stored.version == 1 + expected
 
-    async def test_threads_with_own_loops_race_one_create(self, manager: SessionManager) -> None:
+    async def test_loops_in_threads_race_one_create(self, manager: SessionManager) -> None:
+        """Of creates of one id from threads with their own loops exactly one wins."""
         session_id = self.new_id()
 
         async def create(thread: int) -> Session:
@@ -150,7 +154,8 @@ class LoopTests(SuiteBase):
         stored = await self.readback(manager, session_id)
         assert stored is not None and stored.state == winners[0].state
 
-    async def test_close_from_one_loop_closes_it_for_all(self, manager: SessionManager) -> None:
+    async def test_loops_close_from_one_closes_all(self, manager: SessionManager) -> None:
+        """close() in one loop closes the manager for every loop (ManagerClosedError)."""
         other = manager.with_options()
         self._variants.append((other, False))
         session_id = self.new_id()
