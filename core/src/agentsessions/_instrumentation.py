@@ -1,7 +1,7 @@
 """Instrumentation: a pluggy hook around every public manager operation, free when off.
 
 An instrumented manager gets, in its own instance dictionary, a wrapper for each
-operation in `OPERATIONS` (and for the two write hooks, to count what a save writes);
+operation in `OPERATIONS` (and for the write hooks, to count what each write stores);
 the class's methods are untouched. A manager nobody instruments has no wrapper at all,
 so switching instrumentation off costs nothing on any call: no flag is even checked.
 
@@ -60,6 +60,7 @@ __all__ = [
 OPERATIONS = (
     "open",
     "create",
+    "restore",
     "get",
     "save",
     "update",
@@ -205,6 +206,7 @@ _End = Callable[[Operation, Any], None]
 _DESCRIBE: dict[str, tuple[_Start, _End]] = {
     "open": (_start_nothing, _end_nothing),
     "create": (_start_create, _end_session),
+    "restore": (_start_save, _end_session),
     "get": (_start_read, _end_session),
     "save": (_start_save, _end_nothing),
     "update": (_start_read, _end_session),
@@ -321,15 +323,38 @@ def _wrap_save_hook(manager: SessionManager) -> Callable[..., Any]:
     return _save
 
 
-_WRAPPED = (*OPERATIONS, "_create", "_save")
+def _wrap_restore_hook(manager: SessionManager) -> Callable[..., Any]:
+    original = type(manager)._restore.__get__(manager)
+
+    @functools.wraps(original)
+    async def _restore(*args: Any, **kwargs: Any) -> None:
+        await original(*args, **kwargs)
+        op = _current.get()
+        if op is not None:
+            record = args[0] if args else kwargs["record"]
+            events = args[1] if len(args) > 1 else kwargs["events"]
+            op.events_written += len(events)
+            op.bytes_written += _count_bytes(record.state) + sum(
+                _count_bytes(event.data) for event in events
+            )
+
+    return _restore
+
+
+_WRAPPED = (*OPERATIONS, "_create", "_save", "_restore")
+_WRITE_HOOKS = {
+    "_create": _wrap_create_hook,
+    "_save": _wrap_save_hook,
+    "_restore": _wrap_restore_hook,
+}
 
 
 def _install(manager: SessionManager, hooks: _Hooks) -> None:
     attributes = vars(manager)
     for name in OPERATIONS:
         attributes[name] = _wrap_operation(manager, name, hooks)
-    attributes["_create"] = _wrap_create_hook(manager)
-    attributes["_save"] = _wrap_save_hook(manager)
+    for name, wrap in _WRITE_HOOKS.items():
+        attributes[name] = wrap(manager)
 
 
 def _uninstall(manager: SessionManager) -> None:
