@@ -8,6 +8,8 @@ through the `SessionManager` it returns. Backend authors start at
 from ._clock import Clock, SystemClock
 from ._errors import (
     BackendConflictError,
+    BackendPluginError,
+    BackendTimeoutError,
     BackendUnavailableError,
     InvalidInputError,
     InvalidOptionError,
@@ -39,7 +41,9 @@ from ._version import __version__
 
 __all__ = [
     "BackendConflictError",
+    "BackendPluginError",
     "BackendSpec",
+    "BackendTimeoutError",
     "BackendUnavailableError",
     "Capabilities",
     "Clock",

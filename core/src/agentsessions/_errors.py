@@ -15,8 +15,10 @@ wrong before any I/O happens also derives from `ValueError`, so
     │   ├── InvalidSessionIdError    empty, blank, too long or not a string
     │   └── InvalidOptionError       an unknown connect() option or a bad value for one
     ├── UnknownBackendError          no installed backend handles the URL's scheme
-    ├── BackendConflictError         two distributions claim one URL scheme
+    ├── BackendConflictError         several distributions claim one URL scheme
+    ├── BackendPluginError           the plugin serving a URL scheme is broken
     ├── BackendUnavailableError      the server cannot be reached (the URL is masked)
+    │   └── BackendTimeoutError      the call did not finish within its deadline (``timeout``)
     └── ManagerClosedError           a call on a manager after close()
 """
 
@@ -26,6 +28,8 @@ from collections.abc import Iterable
 
 __all__ = [
     "BackendConflictError",
+    "BackendPluginError",
+    "BackendTimeoutError",
     "BackendUnavailableError",
     "InvalidInputError",
     "InvalidOptionError",
@@ -127,7 +131,24 @@ class UnknownBackendError(SessionError):
 
 
 class BackendConflictError(SessionError):
-    """Two installed distributions claim the same URL scheme."""
+    """Several installed distributions claim one URL scheme and none is chosen.
+
+    Only that scheme is affected; the message names the distributions and how to
+    choose one (uninstall the others, or the ``AGENTSESSIONS_BACKENDS`` override).
+    """
+
+
+class BackendPluginError(SessionError):
+    """The installed plugin serving a URL scheme cannot be used: its module fails to
+    import, fails pluggy's hook validation, or does not provide the scheme.
+
+    Only that scheme is affected; ``distributions`` names the one at fault.
+    """
+
+    def __init__(self, scheme: str, distributions: tuple[str, ...], message: str) -> None:
+        super().__init__(message)
+        self.scheme = scheme
+        self.distributions = distributions
 
 
 class BackendUnavailableError(SessionError):
@@ -140,6 +161,22 @@ class BackendUnavailableError(SessionError):
         super().__init__(f"backend at {url} is unavailable: {reason}")
         self.url = url
         self.reason = reason
+
+
+class BackendTimeoutError(BackendUnavailableError):
+    """A call did not finish within its deadline, the manager's ``timeout`` option.
+
+    Also raised when a driver timeout shorter than the deadline (an engine-specific
+    option such as ``socket_timeout``) gave up first; ``reason`` then says which.
+    ``operation`` names the public method (``"save"``), ``timeout`` the deadline in
+    seconds. Whatever the call was doing was abandoned and its connection discarded.
+    """
+
+    def __init__(self, url: str, operation: str, timeout: float, reason: str = "") -> None:
+        detail = f"{operation}() did not finish within its {timeout:g} s deadline"
+        super().__init__(url, f"{detail} ({reason})" if reason else detail)
+        self.operation = operation
+        self.timeout = timeout
 
 
 class ManagerClosedError(SessionError):

@@ -289,72 +289,54 @@ def _wrap_operation(manager: SessionManager, name: str, hooks: _Hooks) -> Callab
     return call
 
 
-def _wrap_create_hook(manager: SessionManager) -> Callable[..., Any]:
-    original = type(manager)._create.__get__(manager)
-
-    @functools.wraps(original)
-    async def _create(*args: Any, **kwargs: Any) -> None:
-        await original(*args, **kwargs)
-        op = _current.get()
-        if op is not None:
-            record = args[0] if args else kwargs["record"]
-            op.bytes_written += _count_bytes(record.state)
-
-    return _create
+def _written(op: Operation, record: Any, events: Any) -> None:
+    op.events_written += len(events)
+    op.bytes_written += _count_bytes(record.state) + sum(_count_bytes(e.data) for e in events)
 
 
-def _wrap_save_hook(manager: SessionManager) -> Callable[..., Any]:
-    original = type(manager)._save.__get__(manager)
-
-    @functools.wraps(original)
-    async def _save(*args: Any, **kwargs: Any) -> None:
-        await original(*args, **kwargs)
-        op = _current.get()
-        if op is not None:
-            request = args[0] if args else kwargs["request"]
-            new_events = request.new_events
-            op.events_written += len(new_events)
-            op.events_removed += request.stored_event_count - request.keep
-            op.bytes_written += _count_bytes(request.record.state) + sum(
-                _count_bytes(event.data) for event in new_events
-            )
-            op.version = request.record.version
-
-    return _save
+def _count_create(op: Operation, record: Any, now: Any) -> None:
+    _written(op, record, ())
 
 
-def _wrap_restore_hook(manager: SessionManager) -> Callable[..., Any]:
-    original = type(manager)._restore.__get__(manager)
-
-    @functools.wraps(original)
-    async def _restore(*args: Any, **kwargs: Any) -> None:
-        await original(*args, **kwargs)
-        op = _current.get()
-        if op is not None:
-            record = args[0] if args else kwargs["record"]
-            events = args[1] if len(args) > 1 else kwargs["events"]
-            op.events_written += len(events)
-            op.bytes_written += _count_bytes(record.state) + sum(
-                _count_bytes(event.data) for event in events
-            )
-
-    return _restore
+def _count_save(op: Operation, request: Any, now: Any) -> None:
+    _written(op, request.record, request.new_events)
+    op.events_removed += request.stored_event_count - request.keep
+    op.version = request.record.version
 
 
-_WRAPPED = (*OPERATIONS, "_create", "_save", "_restore")
-_WRITE_HOOKS = {
-    "_create": _wrap_create_hook,
-    "_save": _wrap_save_hook,
-    "_restore": _wrap_restore_hook,
+def _count_restore(op: Operation, record: Any, events: Any, now: Any) -> None:
+    _written(op, record, events)
+
+
+# The backend hooks that write, and what each call of one wrote (counted once it returned).
+_WRITE_HOOKS: dict[str, Callable[..., None]] = {
+    "_create": _count_create,
+    "_save": _count_save,
+    "_restore": _count_restore,
 }
+_WRAPPED = (*OPERATIONS, *_WRITE_HOOKS)
+
+
+def _wrap_write_hook(manager: SessionManager, name: str) -> Callable[..., Any]:
+    original = getattr(type(manager), name).__get__(manager)
+    count = _WRITE_HOOKS[name]
+
+    @functools.wraps(original)
+    async def hook(*args: Any, **kwargs: Any) -> None:
+        await original(*args, **kwargs)
+        op = _current.get()
+        if op is not None:
+            count(op, *args, **kwargs)
+
+    return hook
 
 
 def _install(manager: SessionManager, hooks: _Hooks) -> None:
     attributes = vars(manager)
     for name in OPERATIONS:
         attributes[name] = _wrap_operation(manager, name, hooks)
-    for name, wrap in _WRITE_HOOKS.items():
-        attributes[name] = wrap(manager)
+    for name in _WRITE_HOOKS:
+        attributes[name] = _wrap_write_hook(manager, name)
 
 
 def _uninstall(manager: SessionManager) -> None:

@@ -252,9 +252,11 @@ class SyncSessionManager:
         """The stored session, or None if absent or expired (a detached copy)."""
         return self._run(self._manager.get(session_id, user_id=user_id, last_events=last_events))
 
-    def get_or_create(self, session_id: str, user_id: str | None = None) -> Session:
+    def get_or_create(
+        self, session_id: str, user_id: str | None = None, *, last_events: int | None = None
+    ) -> Session:
         """Get the session, creating it if absent. Concurrent callers share one creation."""
-        return self._run(self._manager.get_or_create(session_id, user_id))
+        return self._run(self._manager.get_or_create(session_id, user_id, last_events=last_events))
 
     def save(self, session: Session) -> None:
         """Persist what changed since *session* was loaded: all of it, or nothing."""
@@ -268,26 +270,30 @@ class SyncSessionManager:
         user_id: str | None = None,
         create: bool = False,
         retries: int = DEFAULT_UPDATE_RETRIES,
+        last_events: int | None = None,
     ) -> Session:
         """Load, apply *fn* (in the calling thread), save; on conflict reload and retry.
 
         As `SessionManager.update`: *fn* must be safe to run more than once; an async
-        *fn*'s coroutine is awaited on the manager's loop.
+        *fn*'s coroutine is awaited on the manager's loop; a save whose outcome is
+        unknown is re-sent with its token, so it lands at most once.
         """
         if type(retries) is not int or retries < 0:
             raise InvalidInputError(f"retries must be an int >= 0, not {retries!r}")
         for attempt in range(retries + 1):
             if create:
-                session: Session | None = self.get_or_create(session_id, user_id)
+                session: Session | None = self.get_or_create(
+                    session_id, user_id, last_events=last_events
+                )
             else:
-                session = self.get(session_id, user_id=user_id)
+                session = self.get(session_id, user_id=user_id, last_events=last_events)
             if session is None:
                 raise SessionNotFoundError(session_id)
             result = fn(session)
             if inspect.iscoroutine(result):
                 self._run(result)
             try:
-                self.save(session)
+                self._run(self._manager._save_until_answered(session))
             except SessionConflictError:
                 if attempt >= retries:
                     raise

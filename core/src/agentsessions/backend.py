@@ -35,9 +35,11 @@ What every hook may rely on, and must honour:
   lock shared by all loops is a `LoopLock`, never an ``asyncio.Lock``.
 """
 
+from ._deadline import ErrorRule
 from ._loops import LoopLock, PerLoop
 from ._manager import ManagerOptions, SessionManager, validate_id
 from ._records import (
+    TOKENS_KEPT,
     Capabilities,
     EventRecord,
     LoadedSession,
@@ -55,6 +57,7 @@ from ._urls import mask_url, scrub_secret, split_url
 __all__ = [
     "BackendSpec",
     "Capabilities",
+    "ErrorRule",
     "EventRecord",
     "LoadedSession",
     "LoopLock",
@@ -63,6 +66,7 @@ __all__ = [
     "SaveRequest",
     "SessionManager",
     "SessionRecord",
+    "TOKENS_KEPT",
     "decode_cursor",
     "decode_events",
     "encode_cursor",

@@ -7,7 +7,9 @@ import asyncio
 import subprocess
 import sys
 import uuid
+import warnings
 from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import agentsessions_testservers as servers
@@ -304,7 +306,7 @@ async def test_a_retried_save_that_already_landed_is_not_a_conflict(
     manager: RedisSessionManager = await standalone()
     session = await manager.create("retry")
     keys = session_keys(manager, "retry")
-    token = b"0123456789ab"
+    token = b"0123456789abcdef0123456789abcdef"
     args = [1, 1, token, 0, "{}", 2, 2_000_000, "", "", 1, '{"id":"e","author":"a"}']
     assert await manager._save_script(keys=keys, args=args) == 1  # type: ignore[misc]
     assert await manager._save_script(keys=keys, args=args) == 1  # type: ignore[misc]
@@ -437,3 +439,22 @@ def test_plugin_module_does_not_import_redis() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     assert "redis+cluster" in done.stdout
+
+
+def test_redis_unix_is_the_socket_scheme_and_unix_is_deprecated(tmp_path: Path) -> None:
+    socket = tmp_path / "absent.sock"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        manager = connect(f"redis+unix://{socket}?connect_timeout=2")
+    assert isinstance(manager, RedisSessionManager) and not manager.cluster
+    with pytest.warns(DeprecationWarning, match=r"use redis\+unix://"):
+        old = connect(f"unix://{socket}")
+    assert isinstance(old, RedisSessionManager)
+
+    async def open_it() -> None:
+        async with manager:
+            pass
+
+    # No server on that socket: redis-py was handed a Unix socket path, not a host.
+    with pytest.raises(BackendUnavailableError, match=r"absent\.sock|No such file"):
+        asyncio.run(open_it())

@@ -1,7 +1,8 @@
 """Building the redis-py client a URL asks for: one server, or a Redis Cluster.
 
-``redis://``, ``rediss://`` and ``unix://`` go to `redis.asyncio.Redis.from_url`
-unchanged. ``redis+cluster://[user:password@]host:port[,host:port...]`` (and
+``redis://`` and ``rediss://`` go to `redis.asyncio.Redis.from_url` unchanged, and
+``redis+unix://`` (or its deprecated name ``unix://``) as the ``unix://`` URL redis-py
+knows. ``redis+cluster://[user:password@]host:port[,host:port...]`` (and
 ``rediss+cluster://`` for TLS) becomes a `redis.asyncio.cluster.RedisCluster` whose
 startup nodes are all the listed hosts; driver parameters in the query string (TLS
 files, client_name...) are passed through as redis-py parses them.
@@ -17,9 +18,10 @@ from agentsessions.backend import mask_url
 from redis.asyncio import Redis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 
-__all__ = ["CLUSTER_SCHEMES", "make_client", "split_cluster_url"]
+__all__ = ["CLUSTER_SCHEMES", "SOCKET_SCHEMES", "make_client", "split_cluster_url"]
 
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
+SOCKET_SCHEMES = ("redis+unix", "unix")
 
 
 def _host_port(text: str, url: str) -> tuple[str, int]:
@@ -68,4 +70,6 @@ def make_client(url: str, settings: dict[str, Any]) -> Redis | RedisCluster:
             startup_nodes=[ClusterNode(host, port) for host, port in nodes[1:]],
             **settings,
         )
+    if scheme in SOCKET_SCHEMES:
+        url = "unix://" + url.partition("://")[2]
     return Redis.from_url(url, **settings)
