@@ -93,7 +93,7 @@ def test_plugin_serves_both_schemes_without_importing_asyncpg() -> None:
         "import sys, agentsessions\n"
         "backends = agentsessions.installed_backends()\n"
         "assert backends['postgresql'].distribution == 'agentsessions-postgres'\n"
-        "assert backends['postgres'] is backends['postgresql']\n"
+        "assert backends['postgres'] == backends['postgresql']\n"
         "assert 'asyncpg' not in sys.modules, 'the plugin imported asyncpg'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
