@@ -11,6 +11,7 @@ import abc
 import asyncio
 import inspect
 import random
+import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
@@ -20,9 +21,11 @@ from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from . import _instrumentation, _json, _log
+from . import _deadline, _instrumentation, _json, _log
 from ._clock import SYSTEM_CLOCK, Clock
+from ._deadline import ErrorRule
 from ._errors import (
+    BackendTimeoutError,
     BackendUnavailableError,
     InvalidInputError,
     InvalidOptionError,
@@ -30,6 +33,7 @@ from ._errors import (
     ManagerClosedError,
     PartialSessionError,
     SessionConflictError,
+    SessionError,
     SessionExistsError,
     SessionNotFoundError,
     SessionOwnershipError,
@@ -49,6 +53,7 @@ from ._tracking import LoadedState, mark_loaded
 from ._urls import mask_url, scrub_secret, split_url
 
 __all__ = [
+    "DEFAULT_TIMEOUT",
     "MAX_ID_LENGTH",
     "ManagerOptions",
     "Restorable",
@@ -61,6 +66,8 @@ __all__ = [
 MAX_ID_LENGTH = 255
 MAX_PAGE_SIZE = 1000
 DEFAULT_UPDATE_RETRIES = 64
+#: Seconds every call may take end to end, unless the ``timeout`` option says otherwise.
+DEFAULT_TIMEOUT = 10.0
 
 ManagerT = TypeVar("ManagerT", bound="SessionManager")
 
@@ -109,6 +116,13 @@ class ManagerOptions(BaseModel):
         pattern=r"^[A-Za-z0-9_]*$",
         description="isolates applications that share one server",
     )
+    timeout: float = Field(
+        default=DEFAULT_TIMEOUT,
+        gt=0,
+        le=3600,
+        description="seconds any one call may take end to end (connecting, waiting for a "
+        "pooled connection and retries included) before it raises BackendTimeoutError",
+    )
 
 
 class SessionManager(abc.ABC):
@@ -116,12 +130,34 @@ class SessionManager(abc.ABC):
 
     Get one with `agentsessions.connect`; use it with ``async with`` or call
     `close` when done. A manager is safe to share between tasks of one event loop.
+
+    Every call ends within the ``timeout`` option (seconds, default 10), end to end:
+    connecting, waiting for a pooled connection and retries included. Past it the call
+    raises `BackendTimeoutError` (a `BackendUnavailableError`) naming the operation; its
+    connection is discarded and the manager keeps working once the server is back.
+
+    After an error a caller may assume:
+
+    * input errors (`InvalidInputError`, `SessionSerializationError`,
+      `PartialSessionError`): nothing reached the server;
+    * `SessionExistsError`, `SessionNotFoundError`, `SessionOwnershipError`,
+      `SessionConflictError`: a definite answer, nothing was written;
+    * `BackendUnavailableError` / `BackendTimeoutError` (or a cancellation) from a
+      read: nothing changed; from ``save``: the save may or may not have landed (whole,
+      never half), and ``save(session)`` again with the session unchanged re-sends it
+      with the same token, so it lands at most once; from ``update``: it has re-sent
+      its save until its deadline, so *fn*'s change is stored once or not at all;
+      from ``create`` or ``delete``: it may or may not have happened.
     """
 
     #: The options model; a backend subclasses `ManagerOptions` to add its own.
     Options: ClassVar[type[ManagerOptions]] = ManagerOptions
     #: Query parameters that belong to the driver and stay in the URL.
     driver_query_params: ClassVar[frozenset[str]] = frozenset()
+    #: The driver exceptions that mean "the server cannot serve this call", and the
+    #: error each becomes (first matching rule wins). The base class applies them to
+    #: every call, so a backend's hooks let driver exceptions propagate.
+    driver_errors: ClassVar[tuple[ErrorRule, ...]] = ()
     #: What this backend supports beyond the mandatory operations. A backend whose
     #: capabilities depend on its URL (SQLite's ``:memory:``) sets it per instance.
     capabilities: Capabilities = Capabilities()
@@ -197,17 +233,20 @@ class SessionManager(abc.ABC):
             return
         if self._closed:
             raise ManagerClosedError(f"{self!r} is closed")
-        if self._open_lock is None:
-            self._open_lock = asyncio.Lock()
-        async with self._open_lock:
-            if not self._opened:
-                try:
-                    await self._open()
-                except BackendUnavailableError as exc:
-                    _instrumentation.connection_failed(self, exc)
-                    raise
-                self._opened = True
-                _instrumentation.connection_opened(self)
+        async with _deadline.call(self, "open"):
+            if self._open_lock is None:
+                self._open_lock = asyncio.Lock()
+            async with self._open_lock:
+                if not self._opened:
+                    try:
+                        await self._open()
+                    except BaseException as exc:
+                        error = exc if isinstance(exc, SessionError) else self._translate(exc)
+                        if isinstance(error, BackendUnavailableError):
+                            _instrumentation.connection_failed(self, error)
+                        raise
+                    self._opened = True
+                    _instrumentation.connection_opened(self)
 
     async def close(self) -> None:
         """Release connections. Idempotent; the manager cannot be used afterwards."""
@@ -216,7 +255,8 @@ class SessionManager(abc.ABC):
         self._closed = True
         if self._opened:
             self._opened = False
-            await self._close()
+            async with _deadline.call(self, "close"):
+                await self._close()
 
     async def __aenter__(self: ManagerT) -> ManagerT:
         await self.open()
@@ -246,6 +286,12 @@ class SessionManager(abc.ABC):
         if type(state) is not dict:
             raise InvalidInputError(f"state must be a dict, not {type(state).__name__}")
         _json.check_json(state, "state")
+        async with _deadline.call(self, "create"):
+            return await self._create_checked(session_id, user_id, state)
+
+    async def _create_checked(
+        self, session_id: str, user_id: str | None, state: dict[str, Any]
+    ) -> Session:
         await self._ready()
         now = self.clock.now()
         record = SessionRecord(
@@ -288,10 +334,11 @@ class SessionManager(abc.ABC):
         """
         checked = check_restorable(session)
         self._check_event_sizes(checked.events, 0)
-        await self._ready()
-        now = self.clock.now()
-        record = replace(checked.record, expires_at=self._expiry(now))
-        await self._restore(record, checked.events, now)
+        async with _deadline.call(self, "restore"):
+            await self._ready()
+            now = self.clock.now()
+            record = replace(checked.record, expires_at=self._expiry(now))
+            await self._restore(record, checked.events, now)
         restored = Session.model_construct(
             session_id=record.session_id,
             user_id=record.user_id,
@@ -316,8 +363,9 @@ class SessionManager(abc.ABC):
         _optional_id(user_id, "user_id")
         if last_events is not None and (type(last_events) is not int or last_events < 0):
             raise InvalidInputError(f"last_events must be None or an int >= 0, not {last_events!r}")
-        await self._ready()
-        loaded = await self._load(session_id, last_events, self.clock.now())
+        async with _deadline.call(self, "get"):
+            await self._ready()
+            loaded = await self._load(session_id, last_events, self.clock.now())
         if loaded is None:
             return None
         record = loaded.record
@@ -336,32 +384,51 @@ class SessionManager(abc.ABC):
         mark_loaded(session, offset=offset, partial=last_events is not None)
         return session
 
-    async def get_or_create(self, session_id: str, user_id: str | None = None) -> Session:
-        """Get the session, creating it if absent. Concurrent callers share one creation."""
-        while True:
-            session = await self.get(session_id, user_id=user_id)
-            if session is not None:
-                return session
-            try:
-                return await self.create(session_id, user_id)
-            except SessionExistsError:
-                continue  # someone else created it between our get and create: read theirs
+    async def get_or_create(
+        self, session_id: str, user_id: str | None = None, *, last_events: int | None = None
+    ) -> Session:
+        """Get the session, creating it if absent. Concurrent callers share one creation.
+
+        ``last_events=N`` loads only the newest N events of a stored session, as `get`.
+        """
+        async with _deadline.call(self, "get_or_create"):
+            while True:
+                session = await self.get(session_id, user_id=user_id, last_events=last_events)
+                if session is not None:
+                    return session
+                try:
+                    return await self.create(session_id, user_id)
+                except SessionExistsError:
+                    continue  # created by someone else between our get and create: read it
 
     async def save(self, session: Session) -> None:
         """Persist what changed since *session* was loaded: all of it, or nothing.
 
         Raises `SessionConflictError` if another save landed since the load, and
         `SessionNotFoundError` if the session was deleted, expired or never created.
+
+        Each save carries a unique token, stored atomically with the version it
+        creates. If a save raises `BackendUnavailableError` (or `BackendTimeoutError`,
+        or is cancelled), it may or may not have landed; calling ``save(session)``
+        again with the session unchanged re-sends the same save with the same token,
+        which the backend recognises: if the first one landed, nothing is written again
+        and the retry simply succeeds. Change the session in between and the retry is
+        a new save (a `SessionConflictError` then means the first one landed).
         """
         if not isinstance(session, Session):
             raise InvalidInputError(f"save() takes a Session, not {type(session).__name__}")
         validate_id(session.session_id)
         _json.check_json(session.state, "state")
         state_json = _json.dumps(session.state)
+        async with _deadline.call(self, "save"):
+            await self._save_checked(session, state_json)
+
+    async def _save_checked(self, session: Session, state_json: str) -> None:
         await self._ready()
         loaded = session._loaded
         if loaded is None:
             loaded = await self._adopt(session)
+            session._loaded = loaded
         events = session.events
         base = loaded.events
         keep_in_window = loaded.unchanged_prefix(events)
@@ -397,11 +464,24 @@ class SessionManager(abc.ABC):
             stored_event_count=loaded.offset + len(base),
             keep=keep,
             new_events=new_events,
+            token=new_token(),
         )
-        await self._save(request, now)
+        pending = loaded.pending
+        if pending is not None and pending.same_change(request):
+            # A retry of a save that failed ambiguously: the very same request, token
+            # and timestamps included, so a copy that landed is recognised.
+            request = pending
+            now = request.record.updated_at
+        loaded.pending = request
+        try:
+            await self._save(request, now)
+        except SessionError as exc:
+            if not isinstance(exc, BackendUnavailableError):
+                loaded.pending = None  # a definite answer: this save did not land
+            raise
+        loaded.pending = None
         session.version = new_version
         session.updated_at = now
-        session._loaded = loaded
         loaded.saved(session, new_version, keep_in_window)
 
     async def _adopt(self, session: Session) -> LoadedState:
@@ -449,40 +529,67 @@ class SessionManager(abc.ABC):
         user_id: str | None = None,
         create: bool = False,
         retries: int = DEFAULT_UPDATE_RETRIES,
+        last_events: int | None = None,
     ) -> Session:
         """Load, apply *fn*, save; on `SessionConflictError` reload and apply again.
 
         *fn* may be sync or async and must be safe to run more than once. With
         ``create=True`` an absent session is created first; otherwise absent raises
         `SessionNotFoundError`. After *retries* conflicts the last one is raised.
+
+        The whole call, retries included, is bounded by the ``timeout`` option. A save
+        that fails with `BackendUnavailableError` may have landed, so it is re-sent
+        with its token (see `save`) until it gets a definite answer: *fn*'s change is
+        never applied twice. If the deadline passes first, `BackendTimeoutError` is
+        raised and the change may or may not be stored (`get` tells).
+        ``last_events=N`` loads only the newest N events on each attempt (``0`` for an
+        append that needs no history); *fn* may then append events or remove them from
+        the end, not both (`PartialSessionError`).
         """
-        for attempt in range(retries + 1):
-            if create:
-                session: Session | None = await self.get_or_create(session_id, user_id)
-            else:
-                session = await self.get(session_id, user_id=user_id)
-            if session is None:
-                raise SessionNotFoundError(session_id)
-            result = fn(session)
-            if inspect.isawaitable(result):
-                await result
+        async with _deadline.call(self, "update"):
+            for attempt in range(retries + 1):
+                if create:
+                    session: Session | None = await self.get_or_create(
+                        session_id, user_id, last_events=last_events
+                    )
+                else:
+                    session = await self.get(session_id, user_id=user_id, last_events=last_events)
+                if session is None:
+                    raise SessionNotFoundError(session_id)
+                result = fn(session)
+                if inspect.isawaitable(result):
+                    await result
+                try:
+                    await self._save_until_answered(session)
+                except SessionConflictError:
+                    if attempt >= retries:
+                        _log.retries_exhausted(self, retries)
+                        raise
+                    await backoff(attempt)
+                    continue
+                return session
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _save_until_answered(self, session: Session) -> None:
+        """Save; re-send while the outcome is unknown (bounded by the call's deadline)."""
+        attempt = 0
+        while True:
             try:
                 await self.save(session)
-            except SessionConflictError:
-                if attempt >= retries:
-                    _log.retries_exhausted(self, retries)
-                    raise
-                await backoff(attempt)
-                continue
-            return session
-        raise AssertionError("unreachable")  # pragma: no cover
+                return
+            except BackendUnavailableError:
+                attempt += 1
+                await backoff(attempt, cap=0.5)
 
     @asynccontextmanager
     async def session(
-        self, session_id: str, *, user_id: str | None = None
+        self, session_id: str, *, user_id: str | None = None, last_events: int | None = None
     ) -> AsyncIterator[Session]:
-        """``async with manager.session(id) as s:`` gets or creates, and saves on normal exit."""
-        session = await self.get_or_create(session_id, user_id)
+        """``async with manager.session(id) as s:`` gets or creates, and saves on normal exit.
+
+        ``last_events=N`` loads only the newest N events, as `get`.
+        """
+        session = await self.get_or_create(session_id, user_id, last_events=last_events)
         yield session
         await self.save(session)
 
@@ -490,21 +597,23 @@ class SessionManager(abc.ABC):
         """Delete a session and its events; False if it was not stored."""
         validate_id(session_id)
         _optional_id(user_id, "user_id")
-        await self._ready()
-        now = self.clock.now()
-        if user_id is not None:
-            loaded = await self._load(session_id, 0, now)
-            if loaded is None:
-                return False
-            if loaded.record.user_id != user_id:
-                raise SessionOwnershipError(session_id, user_id)
-        return await self._delete(session_id, now)
+        async with _deadline.call(self, "delete"):
+            await self._ready()
+            now = self.clock.now()
+            if user_id is not None:
+                loaded = await self._load(session_id, 0, now)
+                if loaded is None:
+                    return False
+                if loaded.record.user_id != user_id:
+                    raise SessionOwnershipError(session_id, user_id)
+            return await self._delete(session_id, now)
 
     async def delete_user(self, user_id: str) -> int:
         """Erase every session of *user_id*; returns how many were deleted."""
         validate_id(user_id, "user_id")
-        await self._ready()
-        return await self._delete_user(user_id, self.clock.now())
+        async with _deadline.call(self, "delete_user"):
+            await self._ready()
+            return await self._delete_user(user_id, self.clock.now())
 
     async def list_sessions(
         self, *, user_id: str | None = None, limit: int = 100, cursor: str | None = None
@@ -520,8 +629,9 @@ class SessionManager(abc.ABC):
                 f"limit must be an int from 1 to {MAX_PAGE_SIZE}, not {limit!r}"
             )
         after = None if cursor is None else decode_cursor(cursor)
-        await self._ready()
-        items = await self._list(user_id, limit + 1, after, self.clock.now())
+        async with _deadline.call(self, "list_sessions"):
+            await self._ready()
+            items = await self._list(user_id, limit + 1, after, self.clock.now())
         if len(items) <= limit:
             return SessionPage(items=items, next_cursor=None)
         last = items[limit - 1]
@@ -531,8 +641,9 @@ class SessionManager(abc.ABC):
 
     async def purge_expired(self) -> int:
         """Remove expired sessions now; returns how many. Expired ones are already invisible."""
-        await self._ready()
-        return await self._purge_expired(self.clock.now())
+        async with _deadline.call(self, "purge_expired"):
+            await self._ready()
+            return await self._purge_expired(self.clock.now())
 
     # -- helpers for backends ---------------------------------------------------------
 
@@ -541,13 +652,36 @@ class SessionManager(abc.ABC):
         ttl = self.options.ttl
         return None if ttl is None else now + timedelta(seconds=ttl)
 
-    def _unavailable(self, exc: BaseException) -> BackendUnavailableError:
-        """A `BackendUnavailableError` for *exc*, with every trace of the password masked."""
+    def _unavailable(
+        self, exc: BaseException, kind: type[BackendUnavailableError] = BackendUnavailableError
+    ) -> BackendUnavailableError:
+        """A *kind* error for *exc*, with every trace of the password masked."""
         reason = scrub_secret(f"{type(exc).__name__}: {exc}", self._url)
-        error = BackendUnavailableError(self.url, reason)
+        if issubclass(kind, BackendTimeoutError):
+            error: BackendUnavailableError = self._timed_out(f"the driver gave up first: {reason}")
+        else:
+            error = kind(self.url, reason)
         if self._opened:
             _instrumentation.connection_lost(self, error)
         return error
+
+    def _timed_out(self, reason: str) -> BackendTimeoutError:
+        """A `BackendTimeoutError` for the running call, saying why in *reason*."""
+        operation, timeout = _deadline.current_operation(self) or ("call", self.options.timeout)
+        return BackendTimeoutError(self.url, operation, timeout, reason)
+
+    def _translate(self, exc: BaseException) -> SessionError | None:
+        """The error *exc* stands for under `driver_errors`; None if it is not a driver's.
+
+        A backend may extend it for driver errors that are not about availability."""
+        for rule in self.driver_errors:
+            if rule.matches(exc):
+                return self._unavailable(exc, rule.kind)
+        return None
+
+    def _remaining(self, cap: float | None = None) -> float:
+        """Seconds left before the running call's deadline, at most *cap*: for driver timeouts."""
+        return _deadline.remaining(self, cap)
 
     def _migrations_applied(self, from_version: int, to_version: int) -> None:
         """Log that `_open` migrated the schema (operators want to know when)."""
@@ -831,7 +965,12 @@ def _aware(what: str, value: object) -> datetime:
     return value.astimezone(timezone.utc) if value.utcoffset() else value
 
 
-async def backoff(attempt: int) -> None:
-    """Sleep a jittered, growing moment, so that contending writers spread out
-    instead of colliding again (used by every optimistic retry loop)."""
-    await asyncio.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))
+async def backoff(attempt: int, cap: float = 0.05) -> None:
+    """Sleep a jittered, growing moment (at most *cap* seconds), so that contending
+    writers spread out instead of colliding again (used by every retry loop)."""
+    await asyncio.sleep(random.uniform(0, min(cap, 0.001 * 2 ** min(attempt, 20))))
+
+
+def new_token() -> str:
+    """A save's unique token: 128 random bits as 32 hex characters."""
+    return secrets.token_hex(16)

@@ -25,12 +25,17 @@ __all__ = [
     "LoadedSession",
     "SaveRequest",
     "SessionRecord",
+    "TOKENS_KEPT",
     "decode_cursor",
     "decode_events",
     "encode_cursor",
     "from_micros",
     "to_micros",
 ]
+
+#: How many of a session's latest save tokens a backend keeps (see `SaveRequest`): a
+#: retry is recognised as long as fewer saves than this landed after it.
+TOKENS_KEPT = 32
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _MICROSECOND = timedelta(microseconds=1)
@@ -99,7 +104,6 @@ class EventRecord:
     """One event at its position (0-based) in the session; ``data`` is the whole event as JSON."""
 
     position: int
-    event_id: str
     data: str
 
 
@@ -127,6 +131,11 @@ class SaveRequest:
        the common case of a plain append: skip the statement),
     2. insert ``new_events`` (their positions start at ``keep``),
     3. write ``record`` (new version, state, updated_at, expires_at, event_count).
+
+    ``token`` makes it idempotent: store it atomically with the version the save
+    creates, keep the tokens of at least the last `TOKENS_KEPT` saves of the session,
+    and check them FIRST: a request whose token is already stored landed before (its
+    first attempt failed ambiguously) and succeeds at once without writing anything.
     """
 
     record: SessionRecord
@@ -134,6 +143,18 @@ class SaveRequest:
     stored_event_count: int
     keep: int
     new_events: list[EventRecord]
+    token: str = ""
+
+    def same_change(self, other: SaveRequest) -> bool:
+        """Whether *other* writes what this request writes (tokens and times aside)."""
+        return (
+            self.expected_version == other.expected_version
+            and self.keep == other.keep
+            and self.record.state == other.record.state
+            and self.record.event_count == other.record.event_count
+            and [event.data for event in self.new_events]
+            == [event.data for event in other.new_events]
+        )
 
     @property
     def truncates(self) -> bool:
@@ -159,7 +180,7 @@ def encode_event(event: Event, position: int, path: str) -> EventRecord:
     """Check and encode one event; *path* names it in errors (``events[3]``)."""
     _json.check_json(event.content, f"{path}.content")
     _json.check_json(event.metadata, f"{path}.metadata")
-    return EventRecord(position=position, event_id=event.id, data=event.model_dump_json())
+    return EventRecord(position=position, data=event.model_dump_json())
 
 
 def encode_cursor(created_at: datetime, session_id: str) -> str:

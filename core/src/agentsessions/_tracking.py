@@ -12,9 +12,12 @@ from __future__ import annotations
 import operator
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, SupportsIndex
+from typing import TYPE_CHECKING, Any, SupportsIndex
 
 from ._models import Event, Session
+
+if TYPE_CHECKING:
+    from ._records import SaveRequest
 
 __all__ = ["EventList", "LoadedState", "common_prefix", "mark_loaded"]
 
@@ -101,6 +104,9 @@ class LoadedState:
     partial: bool
     tracked: EventList | None  # the list handed to the caller, if it is still theirs
     ids: set[str] | None = None  # ids of `events`, built on the first save that needs it
+    # The save last sent whose outcome is unknown (it failed ambiguously): re-sent,
+    # token and all, when the session is saved again unchanged.
+    pending: SaveRequest | None = None
 
     def unchanged_prefix(self, current: list[Event]) -> int:
         """How many leading events of *current* are the stored ones."""

@@ -31,8 +31,10 @@ What every hook may rely on, and must honour:
   which masks the password.
 """
 
+from ._deadline import ErrorRule
 from ._manager import ManagerOptions, SessionManager, validate_id
 from ._records import (
+    TOKENS_KEPT,
     Capabilities,
     EventRecord,
     LoadedSession,
@@ -50,12 +52,14 @@ from ._urls import mask_url, scrub_secret, split_url
 __all__ = [
     "BackendSpec",
     "Capabilities",
+    "ErrorRule",
     "EventRecord",
     "LoadedSession",
     "ManagerOptions",
     "SaveRequest",
     "SessionManager",
     "SessionRecord",
+    "TOKENS_KEPT",
     "decode_cursor",
     "decode_events",
     "encode_cursor",

@@ -19,6 +19,7 @@ from ._tests_input import InputTests
 from ._tests_isolation import IsolationTests
 from ._tests_lifecycle import LifecycleTests
 from ._tests_listing import ListingTests
+from ._tests_model import ModelTests
 from ._tests_restore import RestoreTests
 from ._tests_save import SaveTests
 from ._tests_ttl import TtlTests
@@ -29,6 +30,7 @@ __all__ = ["SessionManagerTests"]
 
 class SessionManagerTests(
     # pytest collects the last base's tests first: this runs create, get, save, ... first.
+    ModelTests,
     LifecycleTests,
     IdTests,
     InputTests,

@@ -6,7 +6,7 @@ import asyncio
 import os
 import sys
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from rich.console import Console
 
@@ -102,9 +102,3 @@ def run(main: Callable[[], Awaitable[int]]) -> int:
 
 async def _call(main: Callable[[], Awaitable[T]]) -> T:
     return await main()
-
-
-def print_json_line(data: Any) -> None:
-    """Write one JSON document to stdout, unstyled."""
-    sys.stdout.write(data if isinstance(data, str) else str(data))
-    sys.stdout.write("\n")
