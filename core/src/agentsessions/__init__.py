@@ -7,10 +7,12 @@ through the `SessionManager` it returns. Backend authors start at
 
 from ._clock import Clock, SystemClock
 from ._errors import (
+    BackendAuthenticationError,
     BackendConflictError,
     BackendPluginError,
     BackendTimeoutError,
     BackendUnavailableError,
+    DatabaseNotFoundError,
     InvalidInputError,
     InvalidOptionError,
     InvalidSessionIdError,
@@ -40,6 +42,8 @@ from ._urls import mask_url
 from ._version import __version__
 
 __all__ = [
+    "BackendAuthenticationError",
+    "DatabaseNotFoundError",
     "BackendConflictError",
     "BackendPluginError",
     "BackendSpec",

@@ -18,6 +18,8 @@ wrong before any I/O happens also derives from `ValueError`, so
     ├── BackendConflictError         several distributions claim one URL scheme
     ├── BackendPluginError           the plugin serving a URL scheme is broken
     ├── BackendUnavailableError      the server cannot be reached (the URL is masked)
+    │   ├── BackendAuthenticationError  the server refused the credentials
+    │   ├── DatabaseNotFoundError    the database the URL names does not exist
     │   └── BackendTimeoutError      the call did not finish within its deadline (``timeout``)
     └── ManagerClosedError           a call on a manager after close()
 """
@@ -27,6 +29,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 __all__ = [
+    "BackendAuthenticationError",
+    "DatabaseNotFoundError",
     "BackendConflictError",
     "BackendPluginError",
     "BackendTimeoutError",
@@ -161,6 +165,20 @@ class BackendUnavailableError(SessionError):
         super().__init__(f"backend at {url} is unavailable: {reason}")
         self.url = url
         self.reason = reason
+
+
+class BackendAuthenticationError(BackendUnavailableError):
+    """The server refused the credentials (wrong password, unknown user or role).
+
+    Not a reason to retry: fix the URL's user or password.
+    """
+
+
+class DatabaseNotFoundError(BackendUnavailableError):
+    """The server answered, but the database the URL names does not exist there.
+
+    Not a reason to retry: fix the URL, or create the database.
+    """
 
 
 class BackendTimeoutError(BackendUnavailableError):

@@ -43,6 +43,7 @@ from typing import Any, ClassVar
 from urllib.parse import parse_qs, urlsplit
 
 from agentsessions import (
+    BackendAuthenticationError,
     BackendTimeoutError,
     InvalidInputError,
     InvalidOptionError,
@@ -124,7 +125,9 @@ Doc = dict[str, Any]
 _DRIVER_ERRORS = (
     ErrorRule((PyMongoError,), BackendTimeoutError, when=lambda exc: bool(exc.timeout)),
     ErrorRule((ConnectionFailure, ProtocolError, ExecutionTimeout)),
-    ErrorRule((OperationFailure,), when=lambda exc: exc.code in _AUTH_CODES),
+    ErrorRule(
+        (OperationFailure,), BackendAuthenticationError, when=lambda exc: exc.code in _AUTH_CODES
+    ),
 )
 
 

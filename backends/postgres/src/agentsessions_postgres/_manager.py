@@ -23,8 +23,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import asyncpg
 from agentsessions import (
+    BackendAuthenticationError,
     BackendTimeoutError,
     BackendUnavailableError,
+    DatabaseNotFoundError,
     SessionConflictError,
     SessionExistsError,
     SessionNotFoundError,
@@ -61,6 +63,11 @@ __all__ = ["PostgresSessionManager"]
 #: hence first.
 _DRIVER_ERRORS = (
     ErrorRule((asyncio.TimeoutError,), BackendTimeoutError),
+    ErrorRule(
+        (asyncpg.InvalidPasswordError, asyncpg.InvalidAuthorizationSpecificationError),
+        BackendAuthenticationError,
+    ),
+    ErrorRule((asyncpg.InvalidCatalogNameError,), DatabaseNotFoundError),
     ErrorRule(
         (
             asyncpg.PostgresError,

@@ -18,7 +18,9 @@ from datetime import datetime
 from typing import Any, ClassVar, TypeVar
 
 from agentsessions import (
+    BackendAuthenticationError,
     BackendTimeoutError,
+    DatabaseNotFoundError,
     InvalidOptionError,
     SessionConflictError,
     SessionExistsError,
@@ -59,6 +61,16 @@ E = TypeVar("E")
 # Errors that mean "the server could not be reached or cannot serve right now".
 _DRIVER_ERRORS = (
     ErrorRule((redis_errors.TimeoutError, asyncio.TimeoutError), BackendTimeoutError),
+    ErrorRule(
+        (redis_errors.AuthenticationError, redis_errors.AuthenticationWrongNumberOfArgsError),
+        BackendAuthenticationError,
+    ),
+    # SELECT of a database number the server does not have (db=N past its `databases`).
+    ErrorRule(
+        (redis_errors.ResponseError,),
+        DatabaseNotFoundError,
+        when=lambda exc: "DB index is out of range" in str(exc),
+    ),
     ErrorRule(
         (
             redis_errors.ConnectionError,  # also AuthenticationError, BusyLoadingError, pool
