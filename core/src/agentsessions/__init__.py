@@ -19,6 +19,8 @@ from ._errors import (
     SessionNotFoundError,
     SessionOwnershipError,
     SessionSerializationError,
+    SessionTooLargeError,
+    StorageFullError,
     UnknownBackendError,
 )
 from ._manager import ManagerOptions, SessionManager
@@ -58,6 +60,8 @@ __all__ = [
     "SessionPage",
     "SessionSerializationError",
     "SessionSummary",
+    "SessionTooLargeError",
+    "StorageFullError",
     "UnknownBackendError",
     "__version__",
     "connect",

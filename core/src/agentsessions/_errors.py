@@ -10,6 +10,7 @@ wrong before any I/O happens also derives from `ValueError`, so
     ├── SessionConflictError         save() of a copy whose version is stale
     ├── SessionOwnershipError        a user_id that does not own the session
     ├── SessionSerializationError    a value in state or events that is not JSON (also ValueError)
+    │   └── SessionTooLargeError     an encoded event or state past the backend's size limit
     ├── PartialSessionError          an edit a session loaded with last_events cannot express
     ├── InvalidInputError            bad input, rejected before any I/O (also ValueError)
     │   ├── InvalidSessionIdError    empty, blank, too long or not a string
@@ -17,6 +18,7 @@ wrong before any I/O happens also derives from `ValueError`, so
     ├── UnknownBackendError          no installed backend handles the URL's scheme
     ├── BackendConflictError         two distributions claim one URL scheme
     ├── BackendUnavailableError      the server cannot be reached (the URL is masked)
+    │   └── StorageFullError         the server refuses writes because it is out of space
     └── ManagerClosedError           a call on a manager after close()
 """
 
@@ -38,6 +40,8 @@ __all__ = [
     "SessionNotFoundError",
     "SessionOwnershipError",
     "SessionSerializationError",
+    "SessionTooLargeError",
+    "StorageFullError",
     "UnknownBackendError",
 ]
 
@@ -100,6 +104,20 @@ class SessionSerializationError(SessionError, ValueError):
         self.problem = problem
 
 
+class SessionTooLargeError(SessionSerializationError):
+    """An encoded event or state is larger than the backend stores; nothing was written.
+
+    The message states the size and the limit, never the value itself.
+    """
+
+    def __init__(self, path: str, size: int, limit: int) -> None:
+        super().__init__(
+            path, f"encodes to {size:,} bytes; this backend stores at most {limit:,} bytes"
+        )
+        self.size = size
+        self.limit = limit
+
+
 class PartialSessionError(SessionError):
     """A session loaded with ``last_events`` was edited in a way it cannot save."""
 
@@ -140,6 +158,11 @@ class BackendUnavailableError(SessionError):
         super().__init__(f"backend at {url} is unavailable: {reason}")
         self.url = url
         self.reason = reason
+
+
+class StorageFullError(BackendUnavailableError):
+    """The server refused a write because it is full (Redis at ``maxmemory``, a full
+    disk); nothing was written. Free space or raise the limit, then retry."""
 
 
 class ManagerClosedError(SessionError):

@@ -11,11 +11,12 @@ import abc
 import asyncio
 import inspect
 import random
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any, ClassVar, TypeVar
+from typing import Annotated, Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -31,6 +32,8 @@ from ._errors import (
     SessionExistsError,
     SessionNotFoundError,
     SessionOwnershipError,
+    SessionSerializationError,
+    SessionTooLargeError,
 )
 from ._models import Event, Session, SessionPage, SessionSummary, utcnow
 from ._records import (
@@ -46,9 +49,23 @@ from ._records import (
 from ._tracking import LoadedState, mark_loaded
 from ._urls import mask_url, scrub_secret, split_url
 
-__all__ = ["MAX_ID_LENGTH", "ManagerOptions", "SessionManager", "backoff", "validate_id"]
+__all__ = [
+    "MAX_ID_LENGTH",
+    "MAX_LAST_EVENTS",
+    "MAX_POOL_SIZE",
+    "MAX_TIMEOUT",
+    "MAX_TTL",
+    "ManagerOptions",
+    "PoolSize",
+    "SessionManager",
+    "Timeout",
+    "backoff",
+    "validate_id",
+]
 
 MAX_ID_LENGTH = 255
+#: ``get(last_events=N)`` with a larger N loads the whole history, like N = this.
+MAX_LAST_EVENTS = 2**31 - 1
 MAX_PAGE_SIZE = 1000
 DEFAULT_UPDATE_RETRIES = 64
 
@@ -81,17 +98,48 @@ def validate_id(value: object, what: str = "session_id") -> str:
     return value
 
 
+def check_size(text: str, limit: int | None, path: str) -> None:
+    """Raise `SessionTooLargeError` if *text* encodes to more than *limit* UTF-8 bytes."""
+    # A character is at most 4 bytes: most texts are settled without encoding them.
+    if limit is None or len(text) * 4 <= limit:
+        return
+    size = len(text.encode("utf-8"))
+    if size > limit:
+        raise SessionTooLargeError(path, size, limit)
+
+
 def _optional_id(value: object, what: str) -> str | None:
     return None if value is None else validate_id(value, what)
 
 
+#: The longest ``ttl``: a century (``None`` means sessions never expire).
+MAX_TTL = 100 * 365 * 24 * 3600
+#: The longest timeout option (one day), far below what any driver's milliseconds take.
+MAX_TIMEOUT = 24 * 3600
+#: The largest connection pool option.
+MAX_POOL_SIZE = 10_000
+
+#: A timeout option: finite seconds, more than 0, at most `MAX_TIMEOUT`.
+Timeout = Annotated[float, Field(gt=0, le=MAX_TIMEOUT, allow_inf_nan=False)]
+#: A connection pool size option: 1 to `MAX_POOL_SIZE`.
+PoolSize = Annotated[int, Field(ge=1, le=MAX_POOL_SIZE)]
+
+
 class ManagerOptions(BaseModel):
-    """Options every backend accepts; a backend extends this with its own fields."""
+    """Options every backend accepts; a backend extends this with its own fields.
+
+    Every field is range-checked (finite, positive where it must be, bounded), so a
+    value that would fail at first use fails at `connect()`, naming the option.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     ttl: float | None = Field(
-        default=None, gt=0, description="seconds of inactivity after which a session expires"
+        default=None,
+        gt=0,
+        le=MAX_TTL,
+        allow_inf_nan=False,
+        description="seconds of inactivity after which a session expires",
     )
     namespace: str = Field(
         default="",
@@ -108,16 +156,22 @@ class SessionManager(abc.ABC):
     `close` when done. A manager is safe to share between tasks of one event loop.
     """
 
-    #: The options model; a backend subclasses `ManagerOptions` to add its own.
+    #: The options model; a backend subclasses `ManagerOptions` to add its own (and
+    #: re-declares ``options`` with that type for the type checker).
     Options: ClassVar[type[ManagerOptions]] = ManagerOptions
+    options: ManagerOptions
     #: Query parameters that belong to the driver and stay in the URL.
     driver_query_params: ClassVar[frozenset[str]] = frozenset()
     #: What this backend supports beyond the mandatory operations. A backend whose
     #: capabilities depend on its URL (SQLite's ``:memory:``) sets it per instance.
     capabilities: Capabilities = Capabilities()
 
-    def __init__(self, url: str, options: ManagerOptions) -> None:
+    def __init__(self, url: str, options: ManagerOptions | None = None) -> None:
         self._url = url
+        if options is None:
+            options = self.Options()
+        elif not isinstance(options, self.Options):
+            options = self.parse_options(options.model_dump(exclude_unset=True))
         self.options = options
         self._open_lock: asyncio.Lock | None = None
         self._opened = False
@@ -215,16 +269,13 @@ class SessionManager(abc.ABC):
         """Store a new, empty session. Raises `SessionExistsError` if the id is taken."""
         validate_id(session_id)
         _optional_id(user_id, "user_id")
-        state = {} if state is None else state
-        if type(state) is not dict:
-            raise InvalidInputError(f"state must be a dict, not {type(state).__name__}")
-        _json.check_json(state, "state")
+        state_json = self._encode_state({} if state is None else state)
         await self._ready()
         now = utcnow()
         record = SessionRecord(
             session_id=session_id,
             user_id=user_id,
-            state=_json.dumps(state),
+            state=state_json,
             version=1,
             created_at=now,
             updated_at=now,
@@ -254,8 +305,14 @@ class SessionManager(abc.ABC):
         """
         validate_id(session_id)
         _optional_id(user_id, "user_id")
-        if last_events is not None and (type(last_events) is not int or last_events < 0):
-            raise InvalidInputError(f"last_events must be None or an int >= 0, not {last_events!r}")
+        if last_events is not None:
+            if type(last_events) is not int or last_events < 0:
+                raise InvalidInputError(
+                    f"last_events must be None or an int >= 0, not {last_events!r}"
+                )
+            # More than any session holds means "all of them", and keeps the number
+            # inside what every engine's LIMIT / Lua number / index arithmetic takes.
+            last_events = min(last_events, MAX_LAST_EVENTS)
         await self._ready()
         loaded = await self._load(session_id, last_events, utcnow())
         if loaded is None:
@@ -295,14 +352,19 @@ class SessionManager(abc.ABC):
         """
         if not isinstance(session, Session):
             raise InvalidInputError(f"save() takes a Session, not {type(session).__name__}")
-        validate_id(session.session_id)
-        _json.check_json(session.state, "state")
-        state_json = _json.dumps(session.state)
+        session_id = validate_id(session.session_id)
+        _optional_id(session.user_id, "user_id")
+        state_json = self._encode_state(session.state)
+        events = session.events
+        if not isinstance(events, list):
+            raise InvalidInputError(
+                f"session {session_id!r}: events must be a list of Event, "
+                f"not {type(events).__name__}"
+            )
+        loaded = self._tracking_of(session)
         await self._ready()
-        loaded = session._loaded
         if loaded is None:
             loaded = await self._adopt(session)
-        events = session.events
         base = loaded.events
         keep_in_window = loaded.unchanged_prefix(events)
         removed = len(base) - keep_in_window
@@ -340,6 +402,41 @@ class SessionManager(abc.ABC):
         session._loaded = loaded
         loaded.saved(session, new_version, keep_in_window)
 
+    def _encode_state(self, state: object) -> str:
+        """The state as stored JSON text, after every check; raises before any I/O."""
+        if type(state) is not dict:
+            raise SessionSerializationError(
+                "state", f"must be a dict (a JSON object), not {type(state).__name__}"
+            )
+        _json.check_json(state, "state")
+        text = _json.dumps(state)
+        check_size(text, self.capabilities.max_state_bytes, "state")
+        return text
+
+    @staticmethod
+    def _tracking_of(session: Session) -> LoadedState | None:
+        """*session*'s own tracking, or None when it was built by hand.
+
+        The tracking is tied to the id the session was loaded as and to the object
+        loaded: a copy (``model_copy``, ``copy.deepcopy``) gets its own from the
+        version it was copied at, so one object's saves never move another's baseline.
+        """
+        loaded: LoadedState | None = session._loaded
+        if loaded is None:
+            return None
+        if loaded.session_id != session.session_id:
+            raise InvalidInputError(
+                f"session was loaded as {loaded.session_id!r} and cannot be saved as "
+                f"{session.session_id!r}: a session's id is fixed at load; create the "
+                "other session with manager.create() and copy events and state into it"
+            )
+        if loaded.owned_by(session):
+            return loaded
+        if session.version != loaded.version:
+            # Copied before the original's last save: the copy is a stale one.
+            raise SessionConflictError(session.session_id, session.version)
+        return loaded.fork(session)
+
     async def _adopt(self, session: Session) -> LoadedState:
         """A Session built by hand: save it as a full rewrite of the stored one."""
         stored = await self._load(session.session_id, 0, utcnow())
@@ -359,6 +456,8 @@ class SessionManager(abc.ABC):
             offset=0,
             partial=False,
             tracked=None,
+            session_id=session.session_id,
+            owner=weakref.ref(session),
         )
 
     def _encode_new_events(
@@ -367,6 +466,7 @@ class SessionManager(abc.ABC):
         # Ids are checked against the loaded events (a partial load sees only its
         # window); the set is kept on the load so repeated appends stay O(new events).
         known = loaded.ids_of_prefix(start)
+        limit = self.capabilities.max_event_bytes
         added: set[str] = set()
         encoded = []
         for index in range(start, len(events)):
@@ -375,10 +475,13 @@ class SessionManager(abc.ABC):
                 raise InvalidInputError(
                     f"events[{index}] is a {type(event).__name__}, not an Event"
                 )
-            if event.id in known or event.id in added:
+            if type(event.id) is str and (event.id in known or event.id in added):
                 raise InvalidInputError(f"events[{index}]: duplicate event id {event.id!r}")
+            path = f"events[{index}]"
+            record = encode_event(event, keep + index - start, path)
+            check_size(record.data, limit, path)
             added.add(event.id)
-            encoded.append(encode_event(event, keep + index - start, f"events[{index}]"))
+            encoded.append(record)
         return encoded
 
     async def update(

@@ -49,7 +49,7 @@ class MemorySessionManager(SessionManager):
     capabilities = Capabilities(persistent=False, shared=True)
 
     def __init__(self, url: str = "memory://", options: ManagerOptions | None = None) -> None:
-        super().__init__(url, options or ManagerOptions())
+        super().__init__(url, options)
         name = url.partition("://")[2].strip("/")
         if name:
             with _named_lock:

@@ -7,7 +7,17 @@ per URL scheme, pointing at a light module whose `hookimpl` returns `BackendSpec
 or in code with `agentsessions.register_backend`. Check it with the conformance kit.
 """
 
-from ._manager import ManagerOptions, SessionManager, validate_id
+from ._manager import (
+    MAX_LAST_EVENTS,
+    MAX_POOL_SIZE,
+    MAX_TIMEOUT,
+    MAX_TTL,
+    ManagerOptions,
+    PoolSize,
+    SessionManager,
+    Timeout,
+    validate_id,
+)
 from ._records import (
     Capabilities,
     EventRecord,
@@ -21,17 +31,32 @@ from ._records import (
     to_micros,
 )
 from ._registry import BackendSpec, hookimpl, hookspec
-from ._urls import mask_url, scrub_secret, split_url
+from ._urls import (
+    PERCENT_ENCODING_HINT,
+    ServerURL,
+    mask_url,
+    parse_server_url,
+    scrub_secret,
+    split_url,
+)
 
 __all__ = [
+    "MAX_LAST_EVENTS",
+    "MAX_POOL_SIZE",
+    "MAX_TIMEOUT",
+    "MAX_TTL",
+    "PERCENT_ENCODING_HINT",
     "BackendSpec",
     "Capabilities",
     "EventRecord",
     "LoadedSession",
     "ManagerOptions",
+    "PoolSize",
     "SaveRequest",
+    "ServerURL",
     "SessionManager",
     "SessionRecord",
+    "Timeout",
     "decode_cursor",
     "decode_events",
     "encode_cursor",
@@ -39,6 +64,7 @@ __all__ = [
     "hookimpl",
     "hookspec",
     "mask_url",
+    "parse_server_url",
     "scrub_secret",
     "split_url",
     "to_micros",

@@ -47,11 +47,13 @@ from agentsessions import (
     SessionConflictError,
     SessionExistsError,
     SessionNotFoundError,
+    SessionSerializationError,
     SessionSummary,
 )
 from agentsessions.backend import (
     Capabilities,
     LoadedSession,
+    ManagerOptions,
     SaveRequest,
     SessionManager,
     SessionRecord,
@@ -69,6 +71,7 @@ from pymongo.errors import (
     BulkWriteError,
     ConfigurationError,
     ConnectionFailure,
+    DocumentTooLarge,
     DuplicateKeyError,
     ExecutionTimeout,
     OperationFailure,
@@ -90,11 +93,10 @@ from ._layout import (
     session_doc,
     stale_events_filter,
 )
-from ._options import MongoOptions
+from ._options import DEFAULT_DATABASE, MongoOptions, database_name
 
 __all__ = ["DEFAULT_DATABASE", "MongoSessionManager"]
 
-DEFAULT_DATABASE = "agentsessions"
 #: A rewrite adds a segment; past this many the newest half is copied into one fresh
 #: generation, so reads stay a handful of index ranges and the copy is amortised.
 MAX_SEGMENTS = 16
@@ -106,8 +108,11 @@ _BATCH = 500
 _AUTH_CODES = frozenset({13, 18})
 #: pymongo's URI options, lower-cased: MongoDB treats option names case-insensitively.
 _DRIVER_OPTIONS = frozenset(URI_OPTIONS_VALIDATOR_MAP) | {"ssl", "gssapiservicename"}
-# BSON's hard limit is 16 MiB per document; an event document also holds its keys.
-_MAX_EVENT_BYTES = 16 * 1024 * 1024 - 16 * 1024
+# BSON's hard limit is 16 MiB per document; an event (or session) document also holds
+# its keys and bookkeeping besides the encoded event (or state).
+_MAX_DOCUMENT_BYTES = 16 * 1024 * 1024 - 16 * 1024
+# Server error codes meaning "that document is too large to store".
+_TOO_LARGE_CODES = frozenset({10334, 17419, 17420})
 
 Doc = dict[str, Any]
 
@@ -122,13 +127,19 @@ class MongoSessionManager(SessionManager):
     Options: ClassVar[type[MongoOptions]] = MongoOptions
     driver_query_params: ClassVar[frozenset[str]] = _DRIVER_OPTIONS
     capabilities: Capabilities = Capabilities(
-        persistent=True, shared=True, ttl=True, namespaces=True, max_event_bytes=_MAX_EVENT_BYTES
+        persistent=True,
+        shared=True,
+        ttl=True,
+        namespaces=True,
+        max_event_bytes=_MAX_DOCUMENT_BYTES,
+        max_state_bytes=_MAX_DOCUMENT_BYTES,
     )
 
     options: MongoOptions
 
-    def __init__(self, url: str, options: MongoOptions) -> None:
+    def __init__(self, url: str, options: ManagerOptions | None = None) -> None:
         super().__init__(url, options)
+        self.database_name = database_name(url)  # a malformed URL fails at connect()
         self._client: AsyncMongoClient[Doc] | None = None
         self._sessions_coll: AsyncCollection[Doc] | None = None
         self._events_coll: AsyncCollection[Doc] | None = None
@@ -161,8 +172,24 @@ class MongoSessionManager(SessionManager):
             yield
         except (ConnectionFailure, ProtocolError, ExecutionTimeout) as exc:
             raise self._unavailable(exc) from None
+        except DocumentTooLarge as exc:
+            # pymongo's own check against the server's limit: sizes, never the payload.
+            raise SessionSerializationError("a document", str(exc)) from None
         except InvalidDocument as exc:
             raise InvalidInputError(f"MongoDB refused a document: {exc}") from None
+        except BulkWriteError as exc:
+            # Its str() holds the documents themselves: report codes and messages only.
+            errors = exc.details.get("writeErrors", [])
+            if any(error.get("code") in _TOO_LARGE_CODES for error in errors):
+                raise SessionSerializationError(
+                    "events",
+                    f"larger than the server's document limit ({_MAX_DOCUMENT_BYTES:,} "
+                    "bytes is what this backend declares)",
+                ) from None
+            reasons = "; ".join(str(error.get("errmsg", ""))[:200] for error in errors[:3])
+            raise self._unavailable(
+                RuntimeError(f"the server refused the write: {reasons}")
+            ) from None
         except OperationFailure as exc:
             if exc.code in _AUTH_CODES:
                 raise self._unavailable(exc) from None
@@ -191,8 +218,8 @@ class MongoSessionManager(SessionManager):
         try:
             # Reads go to the primary whatever the URL says: a save must see the latest
             # version, and a get must see the save that just returned.
-            database = client.get_default_database(
-                DEFAULT_DATABASE, read_preference=ReadPreference.PRIMARY
+            database = client.get_database(
+                self.database_name, read_preference=ReadPreference.PRIMARY
             )
             if not database.write_concern.acknowledged:
                 raise InvalidOptionError(

@@ -32,7 +32,7 @@ from agentsessions.backend import (
     decode_events,
 )
 
-from ._options import DRIVER_QUERY_PARAMS, PostgresOptions
+from ._options import DRIVER_QUERY_PARAMS, PostgresOptions, check_url
 from ._schema import (
     LATEST_VERSION,
     MIGRATIONS,
@@ -91,20 +91,19 @@ class PostgresSessionManager(SessionManager):
     driver_query_params: ClassVar[frozenset[str]] = DRIVER_QUERY_PARAMS
     capabilities = Capabilities(persistent=True, shared=True, ttl=True, namespaces=True)
 
+    options: PostgresOptions
+
     def __init__(self, url: str, options: ManagerOptions | None = None) -> None:
-        options = options if options is not None else PostgresOptions()
-        if not isinstance(options, PostgresOptions):
-            options = PostgresOptions.model_validate(options.model_dump(exclude_unset=True))
         super().__init__(url, options)
-        self._opts = options
-        self._ns = options.namespace
-        self._sql = statements(options.schema)
+        check_url(url)  # a malformed URL fails at connect(), not at first use
+        self._ns = self.options.namespace
+        self._sql = statements(self.options.schema)
         self._pool: asyncpg.Pool[Any] | None = None
 
     # -- lifecycle ----------------------------------------------------------------------
 
     async def _open(self) -> None:
-        opts = self._opts
+        opts = self.options
         connect_kwargs: dict[str, Any] = {"timeout": opts.connect_timeout}
         if opts.pgbouncer:
             # A transaction-pooling proxy hands each transaction to any server
@@ -153,7 +152,7 @@ class PostgresSessionManager(SessionManager):
         a transaction-scoped advisory lock serialises the processes starting at once:
         the first applies the migrations, the others wait, then find them applied.
         """
-        schema = self._opts.schema
+        schema = self.options.schema
         if await self._schema_version(connection) == LATEST_VERSION:
             return
         async with connection.transaction():
@@ -176,7 +175,7 @@ class PostgresSessionManager(SessionManager):
                 await connection.execute(self._sql.record_version, version)
 
     async def _schema_version(self, connection: _Connection) -> int | None:
-        table = f"{quote_ident(self._opts.schema)}.agentsessions_schema_version"
+        table = f"{quote_ident(self.options.schema)}.agentsessions_schema_version"
         if await connection.fetchval("SELECT to_regclass($1)::text", table) is None:
             return None
         current: int | None = await connection.fetchval(self._sql.current_version)
@@ -188,7 +187,7 @@ class PostgresSessionManager(SessionManager):
         if current > LATEST_VERSION:
             raise BackendUnavailableError(
                 self.url,
-                f"schema {self._opts.schema!r} is at version {current}, newer than the "
+                f"schema {self.options.schema!r} is at version {current}, newer than the "
                 f"{LATEST_VERSION} this agentsessions-postgres knows; upgrade it",
             )
 
@@ -294,7 +293,7 @@ class PostgresSessionManager(SessionManager):
         new_events = request.new_events
         truncate = request.truncates
         sql = save_statement(
-            self._opts.schema,
+            self.options.schema,
             truncate=truncate,
             insert=bool(new_events),
             upsert=truncate and bool(new_events),
@@ -353,7 +352,7 @@ class PostgresSessionManager(SessionManager):
         now: datetime,
     ) -> list[SessionSummary]:
         sql = list_statement(
-            self._opts.schema, by_user=user_id is not None, paged=after is not None
+            self.options.schema, by_user=user_id is not None, paged=after is not None
         )
         args: list[Any] = [self._ns, now, limit]
         if user_id is not None:

@@ -23,14 +23,17 @@ from agentsessions import (
     SessionExistsError,
     SessionNotFoundError,
     SessionSummary,
+    StorageFullError,
 )
 from agentsessions.backend import (
     Capabilities,
     LoadedSession,
     ManagerOptions,
+    PoolSize,
     SaveRequest,
     SessionManager,
     SessionRecord,
+    Timeout,
     decode_events,
     from_micros,
     scrub_secret,
@@ -45,7 +48,7 @@ from redis.backoff import ExponentialWithJitterBackoff
 from redis.commands.core import AsyncScript
 
 from . import _scripts
-from ._client import CLUSTER_SCHEMES, make_client, split_cluster_url
+from ._client import CLUSTER_SCHEMES, check_url, make_client
 from ._keys import KeyLayout, global_member, split_global_member
 
 __all__ = ["RedisOptions", "RedisSessionManager"]
@@ -72,14 +75,14 @@ _SCAN_BATCH = 500
 class RedisOptions(ManagerOptions):
     """Options of the Redis backend (query string or keyword arguments)."""
 
-    socket_timeout: float | None = Field(
-        default=5.0, gt=0, description="seconds to wait for a reply before giving up"
+    socket_timeout: Timeout | None = Field(
+        default=5.0, description="seconds to wait for a reply before giving up"
     )
-    connect_timeout: float | None = Field(
-        default=5.0, gt=0, description="seconds to wait for a connection"
+    connect_timeout: Timeout | None = Field(
+        default=5.0, description="seconds to wait for a connection"
     )
-    max_connections: int | None = Field(
-        default=None, ge=1, description="connection pool size (per node in a cluster)"
+    max_connections: PoolSize | None = Field(
+        default=None, description="connection pool size (per node in a cluster)"
     )
     retries: int = Field(
         default=3,
@@ -138,14 +141,13 @@ class RedisSessionManager(SessionManager):
     #: younger than this alone (they only filter them out). Microseconds.
     cluster_index_grace_us: int = 2_000_000
 
-    def __init__(self, url: str, options: ManagerOptions) -> None:
+    options: RedisOptions
+
+    def __init__(self, url: str, options: ManagerOptions | None = None) -> None:
         super().__init__(url, options)
-        assert isinstance(options, RedisOptions)
-        self._settings = options
         self.cluster = url.partition("://")[0].lower() in CLUSTER_SCHEMES
-        if self.cluster:
-            split_cluster_url(url)  # a malformed node list fails at connect(), not later
-        self.keys = KeyLayout(options.namespace)
+        self.db = check_url(url)  # a malformed URL fails at connect(), not at first use
+        self.keys = KeyLayout(self.options.namespace)
         self._client: Redis | RedisCluster | None = None
         self._load_script: AsyncScript | None = None
         self._create_script: AsyncScript | None = None
@@ -166,6 +168,12 @@ class RedisSessionManager(SessionManager):
     def _guard(self) -> Iterator[None]:
         try:
             yield
+        except redis_errors.OutOfMemoryError as exc:
+            # A script's first write is refused at maxmemory, so nothing was written.
+            reason = scrub_secret(str(exc), self._url)
+            raise StorageFullError(
+                self.url, f"the server is out of memory (maxmemory reached; {reason})"
+            ) from None
         except _UNAVAILABLE as exc:
             raise self._unavailable(exc) from exc
 
@@ -175,7 +183,7 @@ class RedisSessionManager(SessionManager):
             return await script(keys=keys, args=args)
 
     async def _open(self) -> None:
-        o = self._settings
+        o = self.options
         retry = Retry(ExponentialWithJitterBackoff(base=0.01, cap=0.5), o.retries)
         settings: dict[str, Any] = {
             "socket_timeout": o.socket_timeout,
@@ -196,6 +204,13 @@ class RedisSessionManager(SessionManager):
                     await client.initialize()
                 else:
                     await client.ping()
+        except redis_errors.ResponseError as exc:
+            await client.aclose()
+            if "DB index is out of range" in str(exc):
+                raise InvalidOptionError(
+                    f"option 'db': {self.url} has no database {self.db}"
+                ) from None
+            raise self._unavailable(exc) from None
         except BaseException:
             await client.aclose()
             raise

@@ -337,10 +337,11 @@ class SQLiteSessionManager(SessionManager):
     """
 
     Options: ClassVar[type[ManagerOptions]] = SQLiteOptions
+    options: SQLiteOptions
     capabilities = Capabilities(persistent=True, shared=True)
 
     def __init__(self, url: str, options: ManagerOptions | None = None) -> None:
-        super().__init__(url, options if options is not None else SQLiteOptions())
+        super().__init__(url, options)
         self.path = database_path(url)
         if self.path == MEMORY:
             # The URL decides what this manager can do, so it is set per instance.
@@ -350,18 +351,13 @@ class SQLiteSessionManager(SessionManager):
         self._utf8 = True
 
     @property
-    def _options(self) -> SQLiteOptions:
-        assert isinstance(self.options, SQLiteOptions)
-        return self.options
-
-    @property
     def in_memory(self) -> bool:
         return self.path == MEMORY
 
     # -- lifecycle ----------------------------------------------------------------------
 
     async def _open(self) -> None:
-        options = self._options
+        options = self.options
         links: list[Link] = []
         try:
             writer = await connect(self.path, options.busy_timeout)
@@ -416,7 +412,7 @@ class SQLiteSessionManager(SessionManager):
             return BackendUnavailableError(
                 self.url,
                 f"the database stayed locked by another connection for longer than "
-                f"busy_timeout={self._options.busy_timeout:g}s ({exc})",
+                f"busy_timeout={self.options.busy_timeout:g}s ({exc})",
             )
         return BackendUnavailableError(self.url, f"SQLite error: {type(exc).__name__}: {exc}")
 
