@@ -1,23 +1,46 @@
-"""Test automation: ``nox`` runs lint, typecheck, the project's tests and the kit per backend.
+"""Test automation: ``nox`` runs lint, typecheck, the project's tests and the kit per backend,
+the distributions as built, the lowest dependency versions allowed, and the docs.
 
 Each conformance session installs only core, the kit and ONE backend, so a backend
 that forgot to declare a dependency fails there instead of passing by accident.
 Servers are found by tests/servers: set AGENTSESSIONS_REQUIRE_SERVERS=1 (CI does) to
 turn a missing server into a failure instead of a skip.
+
+Sessions run on the Python running nox. ``AGENTSESSIONS_NOX_PYTHON=3.12`` (or a comma
+list, or ``all`` for 3.10 to 3.14) runs the tests and the kit on those interpreters
+instead; an interpreter that is not installed is skipped, never downloaded (pass
+``--error-on-missing-interpreters`` to make that a failure, as the GitHub workflow does).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import tarfile
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
 
 import nox
 
 nox.options.default_venv_backend = "uv"
 nox.options.reuse_existing_virtualenvs = True
-nox.options.error_on_missing_interpreters = True
-nox.options.sessions = ["lint", "typecheck", "tests", "conformance"]
+nox.options.error_on_missing_interpreters = False
+nox.options.download_python = "never"
+nox.options.sessions = ["lint", "typecheck", "tests", "conformance", "dist"]
 
-PYTHON = os.environ.get("AGENTSESSIONS_NOX_PYTHON") or None  # None: the Python running nox
+SUPPORTED_PYTHONS = ("3.10", "3.11", "3.12", "3.13", "3.14")
+
+
+def _pythons(raw: str) -> list[str] | None:
+    if not raw:
+        return None  # the Python running nox
+    if raw == "all":
+        return list(SUPPORTED_PYTHONS)
+    return [version.strip() for version in raw.split(",") if version.strip()]
+
+
+PYTHON = _pythons(os.environ.get("AGENTSESSIONS_NOX_PYTHON", ""))
 BACKENDS = ("memory", "sqlite", "postgres", "redis", "mongo")
 # Core with its framework extras: the adapters are type-checked and tested against them.
 MEMBERS = ("core[openai-agents,adk]", "conformance", *(f"backends/{name}" for name in BACKENDS[1:]))
@@ -31,7 +54,7 @@ def _editable(*paths: str) -> list[str]:
     return args
 
 
-@nox.session(python=PYTHON)
+@nox.session
 def lint(session: nox.Session) -> None:
     """ruff check and format check on the whole tree."""
     session.install("ruff>=0.8")
@@ -75,7 +98,7 @@ def conformance(session: nox.Session, backend: str) -> None:
     session.run("pytest", *args, *session.posargs)
 
 
-@nox.session(python=PYTHON)
+@nox.session
 def bench(session: nox.Session) -> None:
     """Benchmarks against the raw drivers and the OpenAI SDK / Google ADK stores (~11 min).
 
@@ -90,3 +113,144 @@ def bench(session: nox.Session) -> None:
         )
     )
     session.run("python", "-m", "agentsessions_bench", *session.posargs)
+
+
+# The distributions published from this repository, by name (and the workspace member
+# each is built from): `dist` fails if `uv build --all-packages` makes any other set.
+DISTRIBUTIONS = {
+    "agentsessions": "core",
+    "agentsessions-conformance": "conformance",
+    "agentsessions-sqlite": "backends/sqlite",
+    "agentsessions-postgres": "backends/postgres",
+    "agentsessions-redis": "backends/redis",
+    "agentsessions-mongo": "backends/mongo",
+}
+
+
+def _normalized(name: str) -> str:
+    return name.replace("-", "_")
+
+
+def _check_license(archive: Path, names: list[str], read: Callable[[str], bytes]) -> None:
+    expected = Path("LICENSE").read_bytes()
+    licenses = [name for name in names if name.rsplit("/", 1)[-1] == "LICENSE"]
+    if not licenses:
+        raise RuntimeError(f"{archive.name} holds no LICENSE file")
+    for name in licenses:
+        if read(name) != expected:
+            raise RuntimeError(f"{archive.name}: {name} differs from the repository's LICENSE")
+
+
+def check_built(out: Path) -> tuple[list[Path], list[Path]]:
+    """Check what `uv build` made in *out*: one sdist and one wheel per distribution, each
+    holding the LICENSE (the wheel in its ``.dist-info/licenses``). Returns (wheels, sdists).
+    """
+    wheels = sorted(out.glob("*.whl"))
+    sdists = sorted(out.glob("*.tar.gz"))
+    expected = sorted(_normalized(name) for name in DISTRIBUTIONS)
+    for kind, files in (("wheel", wheels), ("sdist", sdists)):
+        built = sorted(path.name.split("-")[0] for path in files)
+        if built != expected:
+            raise RuntimeError(f"{kind}s built: {built}; expected exactly {expected}")
+    for wheel in wheels:
+        with zipfile.ZipFile(wheel) as archive:
+            names = archive.namelist()
+            _check_license(wheel, names, archive.read)
+            if not any(".dist-info/licenses/LICENSE" in name for name in names):
+                raise RuntimeError(f"{wheel.name}: LICENSE is not in .dist-info/licenses")
+    for sdist in sdists:
+        with tarfile.open(sdist) as archive:
+            members = archive.getnames()
+
+            def read(name: str, archive: tarfile.TarFile = archive) -> bytes:
+                handle = archive.extractfile(name)
+                assert handle is not None
+                return handle.read()
+
+            _check_license(sdist, members, read)
+            top = members[0].split("/")[0]
+            if f"{top}/LICENSE" not in members:
+                raise RuntimeError(f"{sdist.name}: LICENSE is not at the top of the sdist")
+    return wheels, sdists
+
+
+@nox.session(reuse_venv=False)
+def dist(session: nox.Session) -> None:
+    """Build every sdist and wheel, check them, and run the kit on the wheels alone.
+
+    ``twine check --strict`` renders each README as PyPI would; every archive must hold
+    the LICENSE; then the wheels (and only they: no source tree on the path) go into a
+    fresh virtualenv, where the conformance kit runs against memory and SQLite. The
+    release workflow runs this session before it publishes. ``-- --keep DIR`` copies
+    the archives to DIR.
+    """
+    session.install("twine>=6.1")
+    tmp = Path(session.create_tmp()).resolve()
+    out = tmp / "dist"
+    shutil.rmtree(out, ignore_errors=True)
+    session.run("uv", "build", "--all-packages", "--quiet", "--out-dir", str(out), external=True)
+    wheels, sdists = check_built(out)
+    session.run("twine", "check", "--strict", *map(str, wheels + sdists))
+
+    venv = tmp / "wheels-venv"
+    shutil.rmtree(venv, ignore_errors=True)
+    session.run(
+        "uv",
+        "venv",
+        "--quiet",
+        "--python",
+        str(Path(session.bin) / "python"),
+        str(venv),
+        external=True,
+    )
+    python = str(venv / "bin" / "python")
+    session.run(
+        "uv", "pip", "install", "--quiet", "--python", python, *map(str, wheels), external=True
+    )
+    work = tmp / "kit"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir()
+    # Its own ini file, so that pytest takes this directory as its rootdir and the
+    # repository's configuration (pythonpath, conftest files) does not apply.
+    (work / "pytest.ini").write_text("[pytest]\n")
+    with session.chdir(work):
+        # Imported from the wheels, not from this checkout.
+        session.run(python, "-c", _FROM_WHEELS, str(venv), external=True)
+        for url in ("memory://", f"sqlite:///{work / 'kit.db'}"):
+            session.run(
+                python,
+                "-m",
+                "pytest",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                "--session-url",
+                url,
+                external=True,
+            )
+    if "--keep" in session.posargs:
+        keep = Path(session.posargs[session.posargs.index("--keep") + 1])
+        keep.mkdir(parents=True, exist_ok=True)
+        for path in wheels + sdists:
+            shutil.copy2(path, keep)
+
+
+_FROM_WHEELS = """
+import sys, importlib
+venv = sys.argv[1]
+for name in ("agentsessions", "agentsessions_conformance", "agentsessions_sqlite",
+             "agentsessions_postgres", "agentsessions_redis", "agentsessions_mongo"):
+    path = importlib.import_module(name).__file__
+    assert path.startswith(venv), f"{name} imported from {path}, not from the wheel"
+"""
+
+
+@nox.session(python=PYTHON)
+def lowest(session: nox.Session) -> None:
+    """The tests and the kit on every backend, with each distribution's dependencies at the
+    LOWEST versions its metadata allows (uv's ``--resolution lowest-direct``): a floor
+    that is declared but broken fails here instead of on a user's machine.
+    """
+    session.install("--resolution", "lowest-direct", *TEST_DEPS, *_editable(*MEMBERS))
+    session.run("uv", "pip", "list", external=True, silent=False)
+    session.run("pytest", "tests", *session.posargs)

@@ -88,7 +88,7 @@ class AliasingManager(MemorySessionManager):
 class LeakyNamespaceManager(MemorySessionManager):
     """Listing and delete_user ignore the namespace (a key pattern without the prefix)."""
 
-    async def _delete_user(self, user_id: str) -> int:
+    async def _delete_user(self, user_id: str, now: datetime) -> int:
         count = 0
         with self._store.lock:
             for space in self._store.spaces.values():

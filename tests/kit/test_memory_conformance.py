@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 import pytest_asyncio
 from agentsessions import MemorySessionManager, SessionManager
-from agentsessions_conformance import SessionManagerTests
+from agentsessions_conformance import Inventory, SessionManagerTests, memory_inventory
 
 
 class TestMemoryConformance(SessionManagerTests):
@@ -16,3 +16,6 @@ class TestMemoryConformance(SessionManagerTests):
         # A named store, so the kit's second and fresh managers see the same data.
         async with MemorySessionManager(f"memory://kit-{uuid.uuid4().hex}") as manager:
             yield manager
+
+    async def raw_inventory(self, manager: SessionManager, session_id: str) -> Inventory:
+        return memory_inventory(manager, session_id)

@@ -17,7 +17,7 @@ import uuid
 
 import pytest_asyncio
 from agentsessions import MemorySessionManager
-from agentsessions_conformance import SessionManagerTests
+from agentsessions_conformance import SessionManagerTests, memory_inventory
 
 from kit.broken import OverwritingCreateManager
 
@@ -29,6 +29,50 @@ class TestBroken(SessionManagerTests):
     async def manager(self):
         async with OverwritingCreateManager(f"memory://d-{uuid.uuid4().hex}") as manager:
             yield manager
+
+    async def raw_inventory(self, manager, session_id):
+        return memory_inventory(manager, session_id)
+"""
+
+NO_INVENTORY = """
+import uuid
+
+import pytest_asyncio
+from agentsessions import MemorySessionManager
+from agentsessions_conformance import SessionManagerTests
+
+
+class TestNoHook(SessionManagerTests):
+    @pytest_asyncio.fixture
+    async def manager(self):
+        async with MemorySessionManager(f"memory://n-{uuid.uuid4().hex}") as manager:
+            yield manager
+"""
+
+HANGING = """
+import asyncio
+import uuid
+
+import pytest_asyncio
+from agentsessions import MemorySessionManager
+from agentsessions_conformance import SessionManagerTests, memory_inventory
+
+
+class Hanging(MemorySessionManager):
+    async def _load(self, session_id, last_events, now):
+        await asyncio.sleep(3600)
+
+
+class TestHanging(SessionManagerTests):
+    time_limit = 30.0  # the command line's limit wins
+
+    @pytest_asyncio.fixture
+    async def manager(self):
+        async with Hanging(f"memory://h-{uuid.uuid4().hex}") as manager:
+            yield manager
+
+    async def raw_inventory(self, manager, session_id):
+        return memory_inventory(manager, session_id)
 """
 
 OVERWRITE_CLAUSES = {
@@ -139,3 +183,31 @@ def test_divergence_naming_no_test_is_a_usage_error(tmp_path: Path) -> None:
     run = run_pytest(tmp_path, "-k", "create", module=module)
     assert run.returncode == 4
     assert "test_no_such_clause" in run.output
+
+
+def test_a_suite_without_the_storage_hook_fails_the_storage_clauses(tmp_path: Path) -> None:
+    run = run_pytest(tmp_path, "-k", "delete_removes_events or returns_none", module=NO_INVENTORY)
+    assert run.returncode == 1
+    assert run.report is not None
+    outcomes = {c["test"]: c for c in run.report["clauses"]}
+    assert outcomes["test_get_returns_none_when_absent"]["outcome"] == "passed"
+    storage = outcomes["test_delete_removes_events"]
+    assert storage["outcome"] == "failed"
+    assert "does not implement raw_inventory" in storage["message"]
+
+
+def test_a_hanging_backend_fails_within_the_time_limit(tmp_path: Path) -> None:
+    run = run_pytest(
+        tmp_path,
+        "-k",
+        "returns_none_when_absent",
+        "--conformance-time-limit",
+        "0.5",
+        module=HANGING,
+    )
+    assert run.returncode == 1
+    assert run.report is not None
+    (clause,) = run.report["clauses"]
+    assert clause["outcome"] == "failed"
+    assert "did not finish within 0.5 s" in clause["message"]
+    assert clause["duration"] < 20

@@ -13,7 +13,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ._clock import FrozenClock
+from ._inventory import Inventory, memory_inventory, sqlite_inventory
 from ._state import BackendInfo, ClauseResult
+from ._version import __version__
 
 # ``-p agentsessions_conformance`` registers this package itself as the plugin (and the
 # pytest11 entry point, registered under the same name, then steps aside), so the
@@ -30,8 +33,18 @@ if TYPE_CHECKING:
     from ._runner import ConformanceRun, run
     from ._suite import SessionManagerTests
 
-__all__ = ["BackendInfo", "ClauseResult", "ConformanceRun", "SessionManagerTests", "run"]
-__version__ = "0.1.0"
+__all__ = [
+    "BackendInfo",
+    "ClauseResult",
+    "ConformanceRun",
+    "FrozenClock",
+    "Inventory",
+    "SessionManagerTests",
+    "__version__",
+    "memory_inventory",
+    "run",
+    "sqlite_inventory",
+]
 
 
 def __getattr__(name: str) -> Any:

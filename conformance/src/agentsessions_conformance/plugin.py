@@ -43,7 +43,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help="write a JSON report of every conformance clause's outcome to PATH",
     )
+    group.addoption(
+        "--conformance-time-limit",
+        metavar="SECONDS",
+        default=None,
+        help="seconds each conformance clause may take before it fails as hung (default 60)",
+    )
     parser.addini("session_url", "backend URL to run the conformance kit against", default="")
+    parser.addini("conformance_time_limit", "seconds each conformance clause may take", default="")
 
 
 def session_url(config: pytest.Config) -> str | None:

@@ -5,6 +5,7 @@ through the `SessionManager` it returns. Backend authors start at
 `agentsessions.backend`.
 """
 
+from ._clock import Clock, SystemClock
 from ._errors import (
     BackendConflictError,
     BackendUnavailableError,
@@ -42,6 +43,7 @@ __all__ = [
     "BackendSpec",
     "BackendUnavailableError",
     "Capabilities",
+    "Clock",
     "Event",
     "InvalidInputError",
     "InvalidOptionError",
@@ -62,6 +64,7 @@ __all__ = [
     "SessionSummary",
     "SessionTooLargeError",
     "StorageFullError",
+    "SystemClock",
     "UnknownBackendError",
     "__version__",
     "connect",

@@ -21,6 +21,7 @@ from typing import Annotated, Any, ClassVar, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from . import _json
+from ._clock import SYSTEM_CLOCK, Clock
 from ._errors import (
     BackendUnavailableError,
     InvalidInputError,
@@ -35,7 +36,7 @@ from ._errors import (
     SessionSerializationError,
     SessionTooLargeError,
 )
-from ._models import Event, Session, SessionPage, SessionSummary, utcnow
+from ._models import Event, Session, SessionPage, SessionSummary
 from ._records import (
     Capabilities,
     EventRecord,
@@ -165,6 +166,9 @@ class SessionManager(abc.ABC):
     #: What this backend supports beyond the mandatory operations. A backend whose
     #: capabilities depend on its URL (SQLite's ``:memory:``) sets it per instance.
     capabilities: Capabilities = Capabilities()
+    #: Where "now" comes from for every timestamp and expiry check: the system clock
+    #: unless set (``connect(url, clock=...)`` or assignment); `with_options` keeps it.
+    clock: Clock = SYSTEM_CLOCK
 
     def __init__(self, url: str, options: ManagerOptions | None = None) -> None:
         self._url = url
@@ -211,7 +215,9 @@ class SessionManager(abc.ABC):
         connection really reads back.
         """
         merged = {**self.options.model_dump(exclude_unset=True), **changes}
-        return type(self)(self._url, self.parse_options(merged))
+        other = type(self)(self._url, self.parse_options(merged))
+        other.clock = self.clock
+        return other
 
     @property
     def url(self) -> str:
@@ -271,7 +277,7 @@ class SessionManager(abc.ABC):
         _optional_id(user_id, "user_id")
         state_json = self._encode_state({} if state is None else state)
         await self._ready()
-        now = utcnow()
+        now = self.clock.now()
         record = SessionRecord(
             session_id=session_id,
             user_id=user_id,
@@ -314,7 +320,7 @@ class SessionManager(abc.ABC):
             # inside what every engine's LIMIT / Lua number / index arithmetic takes.
             last_events = min(last_events, MAX_LAST_EVENTS)
         await self._ready()
-        loaded = await self._load(session_id, last_events, utcnow())
+        loaded = await self._load(session_id, last_events, self.clock.now())
         if loaded is None:
             return None
         record = loaded.record
@@ -377,7 +383,7 @@ class SessionManager(abc.ABC):
             )
         keep = loaded.offset + keep_in_window
         new_events = self._encode_new_events(loaded, events, keep_in_window, keep)
-        now = utcnow()
+        now = self.clock.now()
         new_version = loaded.version + 1
         record = SessionRecord(
             session_id=session.session_id,
@@ -439,7 +445,7 @@ class SessionManager(abc.ABC):
 
     async def _adopt(self, session: Session) -> LoadedState:
         """A Session built by hand: save it as a full rewrite of the stored one."""
-        stored = await self._load(session.session_id, 0, utcnow())
+        stored = await self._load(session.session_id, 0, self.clock.now())
         if stored is None:
             raise SessionNotFoundError(session.session_id)
         if stored.record.version != session.version:
@@ -533,19 +539,20 @@ class SessionManager(abc.ABC):
         validate_id(session_id)
         _optional_id(user_id, "user_id")
         await self._ready()
+        now = self.clock.now()
         if user_id is not None:
-            loaded = await self._load(session_id, 0, utcnow())
+            loaded = await self._load(session_id, 0, now)
             if loaded is None:
                 return False
             if loaded.record.user_id != user_id:
                 raise SessionOwnershipError(session_id, user_id)
-        return await self._delete(session_id)
+        return await self._delete(session_id, now)
 
     async def delete_user(self, user_id: str) -> int:
         """Erase every session of *user_id*; returns how many were deleted."""
         validate_id(user_id, "user_id")
         await self._ready()
-        return await self._delete_user(user_id)
+        return await self._delete_user(user_id, self.clock.now())
 
     async def list_sessions(
         self, *, user_id: str | None = None, limit: int = 100, cursor: str | None = None
@@ -562,7 +569,7 @@ class SessionManager(abc.ABC):
             )
         after = None if cursor is None else decode_cursor(cursor)
         await self._ready()
-        items = await self._list(user_id, limit + 1, after, utcnow())
+        items = await self._list(user_id, limit + 1, after, self.clock.now())
         if len(items) <= limit:
             return SessionPage(items=items, next_cursor=None)
         last = items[limit - 1]
@@ -573,7 +580,7 @@ class SessionManager(abc.ABC):
     async def purge_expired(self) -> int:
         """Remove expired sessions now; returns how many. Expired ones are already invisible."""
         await self._ready()
-        return await self._purge_expired(utcnow())
+        return await self._purge_expired(self.clock.now())
 
     # -- helpers for backends ---------------------------------------------------------
 
@@ -614,12 +621,13 @@ class SessionManager(abc.ABC):
         """Apply *request* atomically (see `SaveRequest`)."""
 
     @abc.abstractmethod
-    async def _delete(self, session_id: str) -> bool:
-        """Delete the session and its events; whether one was stored (expired counts as not)."""
+    async def _delete(self, session_id: str, now: datetime) -> bool:
+        """Delete the session and its events; whether one was stored (expired at *now*
+        counts as not)."""
 
     @abc.abstractmethod
-    async def _delete_user(self, user_id: str) -> int:
-        """Delete every session of *user_id*; how many live ones there were."""
+    async def _delete_user(self, user_id: str, now: datetime) -> int:
+        """Delete every session of *user_id*; how many were live at *now*."""
 
     @abc.abstractmethod
     async def _list(

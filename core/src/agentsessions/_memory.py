@@ -13,7 +13,7 @@ from datetime import datetime
 
 from ._errors import SessionConflictError, SessionExistsError, SessionNotFoundError
 from ._manager import ManagerOptions, SessionManager
-from ._models import SessionSummary, utcnow
+from ._models import SessionSummary
 from ._records import Capabilities, LoadedSession, SaveRequest, SessionRecord, decode_events
 
 __all__ = ["MemorySessionManager"]
@@ -111,13 +111,12 @@ class MemorySessionManager(SessionManager):
             del stored.events[request.keep :]
             stored.events.extend(event.data for event in request.new_events)
 
-    async def _delete(self, session_id: str) -> bool:
+    async def _delete(self, session_id: str, now: datetime) -> bool:
         with self._store.lock:
             stored = self._space.pop(session_id, None)
-        return _live(stored, utcnow()) is not None
+        return _live(stored, now) is not None
 
-    async def _delete_user(self, user_id: str) -> int:
-        now = utcnow()
+    async def _delete_user(self, user_id: str, now: datetime) -> int:
         with self._store.lock:
             space = self._space
             doomed = [sid for sid, stored in space.items() if stored.record.user_id == user_id]

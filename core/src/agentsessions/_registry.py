@@ -17,7 +17,13 @@ from typing import Any
 
 import pluggy
 
-from ._errors import BackendConflictError, InvalidInputError, UnknownBackendError
+from ._clock import Clock
+from ._errors import (
+    BackendConflictError,
+    InvalidInputError,
+    InvalidOptionError,
+    UnknownBackendError,
+)
 from ._manager import SessionManager
 from ._urls import mask_url
 
@@ -181,12 +187,17 @@ def scheme_of(url: str) -> str:
     return scheme.lower()
 
 
-def connect(url: str, **options: Any) -> SessionManager:
+def connect(url: str, *, clock: Clock | None = None, **options: Any) -> SessionManager:
     """A manager for *url*, e.g. ``connect("sqlite:///sessions.db?ttl=3600")``.
 
     Cheap and synchronous: nothing connects until first use (or ``await manager.open()``).
-    Options come from the URL's query string and from keyword arguments.
+    Options come from the URL's query string and from keyword arguments. *clock* (an
+    `agentsessions.Clock`) replaces the system clock as the source of "now".
     """
+    if clock is not None and not isinstance(clock, Clock):
+        raise InvalidOptionError(
+            f"clock must have a now() method (agentsessions.Clock), not {type(clock).__name__}"
+        )
     scheme = scheme_of(url)
     backends = installed_backends()
     spec = backends.get(scheme)
@@ -198,4 +209,7 @@ def connect(url: str, **options: Any) -> SessionManager:
         else:
             hint = f"pip install {dist}" if dist else ""
         raise UnknownBackendError(scheme, backends, hint)
-    return spec.load().from_url(url, **options)
+    manager = spec.load().from_url(url, **options)
+    if clock is not None:
+        manager.clock = clock
+    return manager

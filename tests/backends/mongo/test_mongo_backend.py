@@ -471,7 +471,7 @@ async def test_operator_documents_are_refused_as_ids(
     with pytest.raises(InvalidSessionIdError):
         await mongo._load(bad, None, datetime.now(timezone.utc))
     with pytest.raises(InvalidSessionIdError):
-        await mongo._delete(bad)
+        await mongo._delete(bad, datetime.now(timezone.utc))
     assert await raw_db[collections(mongo)[0]].count_documents({}) == 1
     assert await mongo.get("victim") is not None
 

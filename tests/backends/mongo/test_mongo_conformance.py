@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from agentsessions import SessionManager
-from agentsessions_conformance import SessionManagerTests
+from agentsessions_conformance import Inventory, SessionManagerTests
 from agentsessions_mongo import MongoSessionManager
 from pymongo.asynchronous.database import AsyncDatabase
 
@@ -26,12 +26,11 @@ class TestMongoConformance(SessionManagerTests):
     async def _raw(self, raw_db: AsyncDatabase[dict[str, Any]]) -> None:
         self.raw_db = raw_db
 
-    async def raw_event_positions(
-        self, manager: SessionManager, session_id: str
-    ) -> list[int] | None:
-        # Every event document of the session, published or not: the kit checks that
-        # saves leave neither orphans nor duplicates behind.
+    async def raw_inventory(self, manager: SessionManager, session_id: str) -> Inventory:
+        # Every document of the session, expired, published or not: the kit checks that
+        # saves leave neither orphans nor duplicates behind, and erasure leaves nothing.
         assert isinstance(manager, MongoSessionManager)
         prefix = f"{manager.options.namespace}_" if manager.options.namespace else ""
+        records = await self.raw_db[f"{prefix}sessions"].count_documents({"_id": session_id})
         cursor = self.raw_db[f"{prefix}events"].find({"session": session_id}, {"pos": 1})
-        return [doc["pos"] async for doc in cursor]
+        return Inventory(records=records, events=[doc["pos"] async for doc in cursor])

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 import pytest
 import pytest_asyncio
 from agentsessions import SessionManager, connect
-from agentsessions_conformance import SessionManagerTests
+from agentsessions_conformance import Inventory, SessionManagerTests
 from agentsessions_postgres import PostgresSessionManager
 from agentsessions_postgres._schema import quote_ident
 
@@ -23,15 +23,16 @@ class TestPostgresConformance(SessionManagerTests):
         yield manager
         await manager.close()
 
-    async def raw_event_positions(
-        self, manager: SessionManager, session_id: str
-    ) -> list[int] | None:
+    async def raw_inventory(self, manager: SessionManager, session_id: str) -> Inventory:
         assert isinstance(manager, PostgresSessionManager)
+        schema = quote_ident(manager.options.schema)  # type: ignore[attr-defined]
+        key = (manager.options.namespace, session_id)
+        where = "WHERE namespace = $1 AND session_id = $2"
         async with manager._connection() as connection:
-            rows = await connection.fetch(
-                f"SELECT position FROM {quote_ident(manager.options.schema)}"  # type: ignore[attr-defined]
-                ".agentsessions_events WHERE namespace = $1 AND session_id = $2",
-                manager.options.namespace,
-                session_id,
+            records = await connection.fetchval(
+                f"SELECT count(*) FROM {schema}.agentsessions_sessions {where}", *key
             )
-        return [row[0] for row in rows]
+            rows = await connection.fetch(
+                f"SELECT position FROM {schema}.agentsessions_events {where}", *key
+            )
+        return Inventory(records=records, events=[row[0] for row in rows])

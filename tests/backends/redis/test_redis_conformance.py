@@ -7,16 +7,39 @@ from typing import Any
 
 import pytest_asyncio
 from agentsessions import SessionManager
-from agentsessions_conformance import SessionManagerTests
+from agentsessions_conformance import Inventory, SessionManagerTests
 from agentsessions_redis import RedisSessionManager
+from agentsessions_redis._keys import split_global_member
 
 
-async def _list_positions(manager: SessionManager, session_id: str) -> list[int]:
+async def _keys(manager: RedisSessionManager, prefix: str) -> list[bytes]:
+    # scan_iter visits every node of a cluster. A prefix holds no glob character:
+    # namespaces are [A-Za-z0-9_]* and the id sits in the key as base64url.
+    return [key async for key in manager.client.scan_iter(match=prefix + "*", count=1000)]
+
+
+async def redis_inventory(manager: SessionManager, session_id: str) -> Inventory:
+    """The session's hash and event list, and every key or index entry naming it."""
+    assert isinstance(manager, RedisSessionManager)
+    client = manager.client
+    keys = manager.keys.session(session_id)
+    records = int(await client.exists(keys.hash))
     # A list has no stored positions: its indexes are them. What could go wrong is its
     # length (orphaned or missing entries), which this exposes.
-    assert isinstance(manager, RedisSessionManager)
-    length = await manager.client.llen(manager.keys.session(session_id).events)
-    return list(range(int(length)))
+    length = int(await client.llen(keys.events))
+    other: list[str] = []
+    base = keys.hash.removesuffix(":h")
+    for key in await _keys(manager, base):
+        if key.decode() not in (keys.hash, keys.events):
+            other.append(f"key {key!r}")
+    wanted = session_id.encode()
+    for member in await client.zrange(manager.keys.index, 0, -1):
+        if split_global_member(member)[0] == wanted:
+            other.append(f"index entry {member!r}")
+    for key in await _keys(manager, manager.keys.prefix + "user:"):
+        if await client.zscore(key, session_id) is not None:
+            other.append(f"user index {key!r}")
+    return Inventory(records=records, events=list(range(length)), other=other)
 
 
 class TestRedisConformance(SessionManagerTests):
@@ -24,10 +47,8 @@ class TestRedisConformance(SessionManagerTests):
     async def manager(self, standalone: Callable[..., Any]) -> AsyncIterator[SessionManager]:
         yield await standalone()
 
-    async def raw_event_positions(
-        self, manager: SessionManager, session_id: str
-    ) -> list[int] | None:
-        return await _list_positions(manager, session_id)
+    async def raw_inventory(self, manager: SessionManager, session_id: str) -> Inventory:
+        return await redis_inventory(manager, session_id)
 
 
 class TestRedisClusterConformance(SessionManagerTests):
@@ -35,7 +56,5 @@ class TestRedisClusterConformance(SessionManagerTests):
     async def manager(self, cluster: Callable[..., Any]) -> AsyncIterator[SessionManager]:
         yield await cluster()
 
-    async def raw_event_positions(
-        self, manager: SessionManager, session_id: str
-    ) -> list[int] | None:
-        return await _list_positions(manager, session_id)
+    async def raw_inventory(self, manager: SessionManager, session_id: str) -> Inventory:
+        return await redis_inventory(manager, session_id)

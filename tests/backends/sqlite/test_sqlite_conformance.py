@@ -2,33 +2,13 @@
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import agentsessions
 import pytest
 from agentsessions import SessionManager
-from agentsessions_conformance import SessionManagerTests
-from agentsessions_sqlite import SQLiteSessionManager
-
-
-def _positions(conn: sqlite3.Connection, namespace: str, session_id: str) -> list[int]:
-    rows = conn.execute(
-        "SELECT position FROM agentsessions_events WHERE namespace = ? AND session_id = ?"
-        " ORDER BY position",
-        (namespace, session_id),
-    ).fetchall()
-    return [position for (position,) in rows]
-
-
-async def _stored_positions(manager: SessionManager, session_id: str) -> list[int]:
-    assert isinstance(manager, SQLiteSessionManager)
-    await manager.open()
-    # Through the manager's own connection: a :memory: database exists nowhere else.
-    writer = manager._writer
-    assert writer is not None
-    return await writer.call(_positions, manager.options.namespace, session_id)
+from agentsessions_conformance import Inventory, SessionManagerTests, sqlite_inventory
 
 
 class TestSQLiteFileConformance(SessionManagerTests):
@@ -37,10 +17,8 @@ class TestSQLiteFileConformance(SessionManagerTests):
         async with agentsessions.connect(f"sqlite:///{tmp_path / 'kit.db'}") as manager:
             yield manager
 
-    async def raw_event_positions(
-        self, manager: SessionManager, session_id: str
-    ) -> list[int] | None:
-        return await _stored_positions(manager, session_id)
+    async def raw_inventory(self, manager: SessionManager, session_id: str) -> Inventory:
+        return await sqlite_inventory(manager, session_id)
 
 
 class TestSQLiteMemoryConformance(SessionManagerTests):
@@ -49,7 +27,5 @@ class TestSQLiteMemoryConformance(SessionManagerTests):
         async with agentsessions.connect("sqlite:///:memory:") as manager:
             yield manager
 
-    async def raw_event_positions(
-        self, manager: SessionManager, session_id: str
-    ) -> list[int] | None:
-        return await _stored_positions(manager, session_id)
+    async def raw_inventory(self, manager: SessionManager, session_id: str) -> Inventory:
+        return await sqlite_inventory(manager, session_id)

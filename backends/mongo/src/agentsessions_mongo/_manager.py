@@ -518,7 +518,7 @@ class MongoSessionManager(SessionManager):
 
     # -- delete / list / purge ----------------------------------------------------------------
 
-    async def _delete(self, session_id: str) -> bool:
+    async def _delete(self, session_id: str, now: datetime) -> bool:
         validate_id(session_id)
         self._infos.pop(session_id, None)
         with self._driver_errors():
@@ -532,7 +532,7 @@ class MongoSessionManager(SessionManager):
             await self._events.delete_many(
                 {"session": session_id, "incarnation": doc["incarnation"]}
             )
-        return not is_expired(doc, datetime.now(timezone.utc))
+        return not is_expired(doc, now)
 
     async def _delete_dead_incarnations(self, session_id: str) -> None:
         """Delete the events of every incarnation of *session_id* but the stored one.
@@ -549,7 +549,7 @@ class MongoSessionManager(SessionManager):
         if dead:
             await self._events.delete_many({"session": session_id, "incarnation": {"$in": dead}})
 
-    async def _delete_user(self, user_id: str) -> int:
+    async def _delete_user(self, user_id: str, now: datetime) -> int:
         validate_id(user_id, "user_id")
         deleted = 0
         with self._driver_errors():
@@ -563,7 +563,6 @@ class MongoSessionManager(SessionManager):
                 )
                 if not docs:
                     return deleted
-                now = datetime.now(timezone.utc)
                 live = [doc for doc in docs if not is_expired(doc, now)]
                 expired = [doc for doc in docs if is_expired(doc, now)]
                 progress = 0

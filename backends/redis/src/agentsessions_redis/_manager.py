@@ -14,7 +14,7 @@ import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, ClassVar, TypeVar
 
 from agentsessions import (
@@ -313,11 +313,13 @@ class RedisSessionManager(SessionManager):
             raise SessionNotFoundError(record.session_id)
         raise SessionConflictError(record.session_id, request.expected_version)
 
-    async def _delete(self, session_id: str) -> bool:
-        outcome = await self._delete_one(session_id, "any", None)
+    async def _delete(self, session_id: str, now: datetime) -> bool:
+        outcome = await self._delete_one(session_id, "any", None, to_micros(now))
         return outcome == 1
 
-    async def _delete_one(self, session_id: str, mode: str, user_id: str | None) -> int:
+    async def _delete_one(
+        self, session_id: str, mode: str, user_id: str | None, now_us: int
+    ) -> int:
         """Run the delete script; in a cluster also drop the index entries it orphaned.
 
         Returns the script's verdict: 1 deleted live, 0 deleted expired, -1 absent,
@@ -327,7 +329,7 @@ class RedisSessionManager(SessionManager):
         script_keys = [keys.hash, keys.events]
         if not self.cluster:
             script_keys.append(self.keys.index)
-        result = await self._run(self._delete_script, script_keys, [_now_us(), mode, user_id or ""])
+        result = await self._run(self._delete_script, script_keys, [now_us, mode, user_id or ""])
         verdict = int(result[0])
         if self.cluster and verdict in (0, 1):
             owner = result[1]
@@ -348,7 +350,7 @@ class RedisSessionManager(SessionManager):
 
     # -- many sessions ------------------------------------------------------------------
 
-    async def _delete_user(self, user_id: str) -> int:
+    async def _delete_user(self, user_id: str, now: datetime) -> int:
         index = self.keys.user_index(user_id)
         user = user_id.encode()
         with self._guard():
@@ -356,18 +358,18 @@ class RedisSessionManager(SessionManager):
                 await self.client.zrange(index, 0, -1, withscores=True, score_cast_func=int)
             )
         entries = [_Entry(index, member, score, member, user) for member, score in pairs]
+        now_us = to_micros(now)
         verdicts = await _bounded(
-            lambda e: self._delete_one(e.session_id.decode(), "user", user_id), entries
+            lambda e: self._delete_one(e.session_id.decode(), "user", user_id, now_us), entries
         )
-        now = _now_us()
         stale: list[_Fix] = []
         for entry, verdict in zip(entries, verdicts, strict=True):
-            if verdict == -1 and self._may_drop(entry, now):
+            if verdict == -1 and self._may_drop(entry, now_us):
                 # Redis expired it: its global index entry is left over too.
                 stale.extend(
                     _Fix(e, None) for e in self._entries_of(entry.session_id, user, entry.score)
                 )
-            elif verdict == -2 and self._may_drop(entry, now):
+            elif verdict == -2 and self._may_drop(entry, now_us):
                 stale.append(_Fix(entry, None))  # the id now holds another user's session
         await self._apply_fixes(stale)
         return sum(1 for verdict in verdicts if verdict == 1)
@@ -451,7 +453,7 @@ class RedisSessionManager(SessionManager):
             if fix is not None:
                 fixes.append(fix)
         verdicts = await _bounded(
-            lambda e: self._delete_one(e.session_id.decode(), "expired", None), doomed
+            lambda e: self._delete_one(e.session_id.decode(), "expired", None, now_us), doomed
         )
         purged += sum(1 for verdict in verdicts if verdict == 0)
         await self._apply_fixes(fixes)
@@ -555,10 +557,6 @@ class RedisSessionManager(SessionManager):
 
 
 # -- helpers ------------------------------------------------------------------------------
-
-
-def _now_us() -> int:
-    return to_micros(datetime.now(timezone.utc))
 
 
 def _pexpireat(expires: datetime) -> int:

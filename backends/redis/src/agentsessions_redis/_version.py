@@ -1,5 +1,6 @@
-from __future__ import annotations
+from importlib.metadata import PackageNotFoundError, version
 
-__all__ = ["__version__"]
-
-__version__ = "0.1.0"
+try:
+    __version__ = version("agentsessions-redis")
+except PackageNotFoundError:  # pragma: no cover - running from a source tree
+    __version__ = "0+unknown"

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ._version import __version__
+
 if TYPE_CHECKING:
     from ._manager import SQLiteSessionManager
     from ._options import SQLiteOptions
 
-__all__ = ["SQLiteOptions", "SQLiteSessionManager"]
+__all__ = ["SQLiteOptions", "SQLiteSessionManager", "__version__"]
 
 
 def __getattr__(name: str) -> Any:

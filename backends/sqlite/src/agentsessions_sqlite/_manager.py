@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from datetime import datetime, timezone
+from datetime import datetime
 from operator import itemgetter
 from typing import ClassVar
 
@@ -450,19 +450,17 @@ class SQLiteSessionManager(SessionManager):
         except sqlite3.Error as exc:
             raise self._failure(exc) from exc
 
-    async def _delete(self, session_id: str) -> bool:
+    async def _delete(self, session_id: str, now: datetime) -> bool:
         writer, _ = self._links()
-        now = to_micros(datetime.now(timezone.utc))
         try:
-            return await writer.write(_delete, self.options.namespace, session_id, now)
+            return await writer.write(_delete, self.options.namespace, session_id, to_micros(now))
         except sqlite3.Error as exc:
             raise self._failure(exc) from exc
 
-    async def _delete_user(self, user_id: str) -> int:
+    async def _delete_user(self, user_id: str, now: datetime) -> int:
         writer, _ = self._links()
-        now = to_micros(datetime.now(timezone.utc))
         try:
-            return await writer.write(_delete_user, self.options.namespace, user_id, now)
+            return await writer.write(_delete_user, self.options.namespace, user_id, to_micros(now))
         except sqlite3.Error as exc:
             raise self._failure(exc) from exc
 

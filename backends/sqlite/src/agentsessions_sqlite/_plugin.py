@@ -2,16 +2,9 @@
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
-
 from agentsessions.backend import BackendSpec, hookimpl
 
-
-def _version() -> str:
-    try:
-        return version("agentsessions-sqlite")
-    except PackageNotFoundError:  # pragma: no cover - running from a source tree
-        return ""
+from ._version import __version__
 
 
 @hookimpl
@@ -21,7 +14,7 @@ def agentsessions_backends() -> list[BackendSpec]:
             schemes=("sqlite",),
             manager="agentsessions_sqlite._manager:SQLiteSessionManager",
             distribution="agentsessions-sqlite",
-            version=_version(),
+            version=__version__,
             description="a SQLite file (WAL; several processes may share it) or :memory:",
         )
     ]

@@ -46,5 +46,6 @@ class SessionManagerTests(
 
     Subclass it in a test module (name the subclass ``Test...``) and provide one async
     fixture ``manager`` that yields an opened `SessionManager` and closes it after.
-    Optional: ``known_divergences`` and the storage hook ``raw_event_positions``.
+    Required: the storage hook ``raw_inventory``. Optional: ``known_divergences`` and
+    ``time_limit``.
     """

@@ -1,0 +1,81 @@
+"""`Inventory`: what an adopter's storage hook reports about one session id."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import sqlite3
+
+    from agentsessions import SessionManager
+
+__all__ = ["Inventory", "memory_inventory", "sqlite_inventory", "url_mode_inventory"]
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """What storage really holds under one session id, expired or not, read from the engine.
+
+    ``records``: how many session rows / hashes / documents carry the id (0 or 1).
+    ``events``: the position of every stored event row / list entry / document of it,
+    in any order (a list's indexes are its positions), orphans of earlier lives included.
+    ``other``: anything else that still names the session (index entries, user sets),
+    one short description each; it must be empty once the session is erased.
+    """
+
+    records: int
+    events: list[int] = field(default_factory=list)
+    other: list[str] = field(default_factory=list)
+
+    @property
+    def erased(self) -> bool:
+        return self.records == 0 and not self.events and not self.other
+
+
+def memory_inventory(manager: SessionManager, session_id: str) -> Inventory:
+    """`Inventory` of the in-memory backend (``memory://``), read from its store directly."""
+    from agentsessions import MemorySessionManager
+
+    if not isinstance(manager, MemorySessionManager):
+        raise TypeError(f"memory_inventory needs a MemorySessionManager, not {manager!r}")
+    store = manager._store
+    with store.lock:
+        stored = store.spaces.get(manager.options.namespace, {}).get(session_id)
+        if stored is None:
+            return Inventory(records=0)
+        return Inventory(records=1, events=list(range(len(stored.events))))
+
+
+def _sqlite_rows(conn: sqlite3.Connection, namespace: str, session_id: str) -> Inventory:
+    key = (namespace, session_id)
+    (records,) = conn.execute(
+        "SELECT count(*) FROM agentsessions_sessions WHERE namespace = ? AND session_id = ?", key
+    ).fetchone()
+    rows = conn.execute(
+        "SELECT position FROM agentsessions_events WHERE namespace = ? AND session_id = ?", key
+    ).fetchall()
+    return Inventory(records=records, events=[position for (position,) in rows])
+
+
+async def sqlite_inventory(manager: SessionManager, session_id: str) -> Inventory:
+    """`Inventory` of the SQLite backend, by plain SQL on its tables."""
+    from agentsessions_sqlite import SQLiteSessionManager
+
+    if not isinstance(manager, SQLiteSessionManager):
+        raise TypeError(f"sqlite_inventory needs a SQLiteSessionManager, not {manager!r}")
+    await manager.open()
+    # Through the manager's own connection: a :memory: database exists nowhere else.
+    writer: Any = manager._writer
+    result: Inventory = await writer.call(_sqlite_rows, manager.options.namespace, session_id)
+    return result
+
+
+async def url_mode_inventory(manager: SessionManager, session_id: str) -> Inventory | None:
+    """The inventory URL mode can take without adopter code: memory and SQLite; else None."""
+    kind = f"{type(manager).__module__}.{type(manager).__qualname__}"
+    if kind.startswith("agentsessions._memory."):
+        return memory_inventory(manager, session_id)
+    if kind.startswith("agentsessions_sqlite."):
+        return await sqlite_inventory(manager, session_id)
+    return None
