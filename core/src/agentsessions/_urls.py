@@ -60,7 +60,10 @@ def split_url(url: str, keep: frozenset[str] = frozenset()) -> tuple[str, dict[s
     in the URL; names are compared ignoring case, as MongoDB does (``replicaset``).
     A parameter given twice is an error rather than a silent pick.
     """
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # "Invalid IPv6 URL"
+        raise _url_error("host", "a '[' or ']' that does not enclose an IPv6 address") from None
     keep = frozenset(name.lower() for name in keep)
     ours: dict[str, str] = {}
     theirs: list[tuple[str, str]] = []

@@ -111,6 +111,7 @@ _DRIVER_OPTIONS = frozenset(URI_OPTIONS_VALIDATOR_MAP) | {"ssl", "gssapiservicen
 # BSON's hard limit is 16 MiB per document; an event (or session) document also holds
 # its keys and bookkeeping besides the encoded event (or state).
 _MAX_DOCUMENT_BYTES = 16 * 1024 * 1024 - 16 * 1024
+_TOO_LARGE = "larger than the server's limit of 16,777,216 bytes per BSON document"
 # Server error codes meaning "that document is too large to store".
 _TOO_LARGE_CODES = frozenset({10334, 17419, 17420})
 
@@ -173,19 +174,15 @@ class MongoSessionManager(SessionManager):
         except (ConnectionFailure, ProtocolError, ExecutionTimeout) as exc:
             raise self._unavailable(exc) from None
         except DocumentTooLarge as exc:
-            # pymongo's own check against the server's limit: sizes, never the payload.
-            raise SessionSerializationError("a document", str(exc)) from None
+            # pymongo's own check against the server's limit: never holds the payload.
+            raise SessionSerializationError("document", f"{_TOO_LARGE} ({exc})") from None
         except InvalidDocument as exc:
             raise InvalidInputError(f"MongoDB refused a document: {exc}") from None
         except BulkWriteError as exc:
             # Its str() holds the documents themselves: report codes and messages only.
             errors = exc.details.get("writeErrors", [])
             if any(error.get("code") in _TOO_LARGE_CODES for error in errors):
-                raise SessionSerializationError(
-                    "events",
-                    f"larger than the server's document limit ({_MAX_DOCUMENT_BYTES:,} "
-                    "bytes is what this backend declares)",
-                ) from None
+                raise SessionSerializationError("events", _TOO_LARGE) from None
             reasons = "; ".join(str(error.get("errmsg", ""))[:200] for error in errors[:3])
             raise self._unavailable(
                 RuntimeError(f"the server refused the write: {reasons}")
