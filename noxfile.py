@@ -42,9 +42,15 @@ def _pythons(raw: str) -> list[str] | None:
 
 PYTHON = _pythons(os.environ.get("AGENTSESSIONS_NOX_PYTHON", ""))
 BACKENDS = ("memory", "sqlite", "postgres", "redis", "mongo")
-# Core with its framework extras: the adapters are type-checked and tested against them.
-MEMBERS = ("core[openai-agents,adk]", "conformance", *(f"backends/{name}" for name in BACKENDS[1:]))
+# Core with its framework extras (and OpenTelemetry): type-checked and tested against them.
+MEMBERS = (
+    "core[openai-agents,adk,otel]",
+    "conformance",
+    *(f"backends/{name}" for name in BACKENDS[1:]),
+)
 TEST_DEPS = ("pytest>=8.3", "pytest-asyncio>=1.0", "hypothesis>=6.100")
+# The instrumentation tests read spans and metrics back from the SDK's in-memory exporters.
+OTEL_TEST_DEPS = ("opentelemetry-sdk>=1.30",)
 
 
 def _editable(*paths: str) -> list[str]:
@@ -72,7 +78,7 @@ def typecheck(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
     """The project's own tests: core, kit self-tests, runtime, CLI, cross-backend."""
-    session.install(*TEST_DEPS, "redis>=5.2", *_editable(*MEMBERS))
+    session.install(*TEST_DEPS, *OTEL_TEST_DEPS, "redis>=5.2", *_editable(*MEMBERS))
     session.run(
         "pytest",
         "tests",
@@ -109,7 +115,7 @@ def bench(session: nox.Session) -> None:
         *_editable(
             "core",
             *(f"backends/{name}" for name in BACKENDS[1:]),
-            "bench[peers,plot,profile]",
+            "bench[peers,plot,profile,otel]",
         )
     )
     session.run("python", "-m", "agentsessions_bench", *session.posargs)
@@ -251,6 +257,8 @@ def lowest(session: nox.Session) -> None:
     LOWEST versions its metadata allows (uv's ``--resolution lowest-direct``): a floor
     that is declared but broken fails here instead of on a user's machine.
     """
-    session.install("--resolution", "lowest-direct", *TEST_DEPS, *_editable(*MEMBERS))
+    session.install(
+        "--resolution", "lowest-direct", *TEST_DEPS, *OTEL_TEST_DEPS, *_editable(*MEMBERS)
+    )
     session.run("uv", "pip", "list", external=True, silent=False)
     session.run("pytest", "tests", *session.posargs)

@@ -10,8 +10,16 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ._api import RESULTS_DIR, profile_operation, publish, run_engines, run_url
-from ._report import render_markdown
+from ._api import (
+    RESULTS_DIR,
+    profile_operation,
+    publish,
+    run_engines,
+    run_instrumentation,
+    run_url,
+)
+from ._overhead import render_instrumentation
+from ._report import render_markdown, write_results
 from ._runner import Config
 from ._suite import ENGINES
 
@@ -70,6 +78,11 @@ def _parser() -> argparse.ArgumentParser:
         choices=("append", "turn_full", "turn_last", "read_full", "read_last"),
     )
     parser.add_argument("--size", type=int, default=5000, help="history size to profile at")
+    parser.add_argument(
+        "--instrumentation",
+        action="store_true",
+        help="run only the instrumentation case (off vs on); writes instrumentation.json",
+    )
     parser.add_argument("--count", type=int, default=200, help="operations to profile")
     return parser
 
@@ -80,6 +93,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(asyncio.run(profile_operation(args.profile, args.operation, args.size, args.count)))
         return 0
     config = config_from_args(args)
+    if args.instrumentation:
+        engines = tuple(part.strip() for part in args.engines.split(",") if part.strip())
+        found = asyncio.run(run_instrumentation(engines, config))
+        print("\n".join(render_instrumentation(found["instrumentation"])))
+        for item in found["skipped"]:
+            print(f"not measured: {item['engine']}: {item['reason']}", file=sys.stderr)
+        if not args.no_write:
+            write_results(found, args.out, "instrumentation")
+        return 0 if found["instrumentation"] else 1
     if args.from_json:
         results = json.loads(args.from_json.read_text(encoding="utf-8"))
     elif args.url:

@@ -10,12 +10,20 @@ from typing import Any
 
 from ._machine import describe_machine, server_versions
 from ._ours import OurStore
+from ._overhead import measure_instrumentation
 from ._report import evaluate_targets, render_markdown, write_plots, write_results
 from ._runner import Config, Log, run_suite
-from ._store import LAST_EVENTS, new_session_id
+from ._store import LAST_EVENTS, StoreUnavailable, new_session_id
 from ._suite import ENGINES, plan_for_url, plan_suite
 
-__all__ = ["RESULTS_DIR", "profile_operation", "publish", "run_engines", "run_url"]
+__all__ = [
+    "RESULTS_DIR",
+    "profile_operation",
+    "publish",
+    "run_engines",
+    "run_instrumentation",
+    "run_url",
+]
 
 RESULTS_DIR = Path(__file__).resolve().parents[1] / "results"
 
@@ -51,7 +59,34 @@ async def run_engines(
             print(f"skipping {item['engine']}: {item['reason']}", file=sys.stderr)
         versions = await server_versions(plan.servers)
         results = await run_suite(plan.factories, config, log)
-        return _collect(results, config, plan, versions)
+        collected = _collect(results, config, plan, versions)
+        collected["instrumentation"] = await _instrumentation(plan, config, log)
+        return collected
+
+
+async def _instrumentation(plan: Any, config: Config, log: Log | None) -> list[dict[str, Any]]:
+    if config.overhead_turns <= 0 or not plan.urls:
+        return []
+    try:
+        return await measure_instrumentation(plan.urls, config, log)
+    except StoreUnavailable as exc:
+        plan.skipped.append({"engine": "all", "store": "instrumentation", "reason": str(exc)})
+        return []
+
+
+async def run_instrumentation(
+    engines: tuple[str, ...] = ENGINES, config: Config | None = None, log: Log | None = None
+) -> dict[str, Any]:
+    """Only the instrumentation case, on every available engine of *engines*."""
+    config = config or Config()
+    async with plan_suite(engines, peers=False) as plan:
+        rows = await _instrumentation(plan, config, log)
+        return {
+            "machine": describe_machine(),
+            "config": dataclasses.asdict(config),
+            "instrumentation": rows,
+            "skipped": plan.skipped,
+        }
 
 
 async def run_url(

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ._overhead import render_instrumentation
+
 __all__ = ["Target", "evaluate_targets", "render_markdown", "write_plots", "write_results"]
 
 ENGINE_TITLES = {
@@ -272,6 +274,9 @@ def render_markdown(results: dict[str, Any], plots: dict[str, str] | None = None
             lines += ["", *notes]
         if plots and engine in plots:
             lines += ["", f"![{ENGINE_TITLES[engine]}]({plots[engine]})"]
+    overhead = render_instrumentation(results.get("instrumentation") or [])
+    if overhead:
+        lines += ["", *overhead]
     targets = results.get("targets", [])
     if targets:
         lines += ["", "### Targets", ""]

@@ -39,6 +39,9 @@ class Config:
     updates_per_writer: int = 5
     #: A phase that takes longer than this is abandoned and the store reported failed.
     phase_timeout: float = 600.0
+    #: The instrumentation case: turns per arm per round (0 skips it), and the history.
+    overhead_turns: int = 300
+    overhead_history: int = 100
 
     @classmethod
     def quick(cls) -> Config:
@@ -50,6 +53,7 @@ class Config:
             throughput_turns=5,
             writers=5,
             updates_per_writer=3,
+            overhead_turns=100,
         )
 
 

@@ -59,6 +59,8 @@ class Plan:
     factories: list[Factory] = field(default_factory=list)
     skipped: list[dict[str, str]] = field(default_factory=list)
     servers: dict[str, str] = field(default_factory=dict)
+    #: engine -> a URL for our store (the instrumentation case connects its own).
+    urls: dict[str, str] = field(default_factory=dict)
 
 
 def _backend_ready(engine: str) -> str | None:
@@ -179,6 +181,12 @@ def _add_engine(
 ) -> None:
     factories = plan.factories
     if problem is None:
+        if engine == "memory":
+            plan.urls[engine] = "memory://"
+        elif engine == "sqlite":
+            plan.urls[engine] = "sqlite:///" + sqlite_file("overhead")
+        else:
+            plan.urls[engine] = where
         if engine == "memory":
             factories.append(lambda: OurStore("memory://"))
         elif engine == "sqlite":

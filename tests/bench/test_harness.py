@@ -116,3 +116,16 @@ def test_cli_bench_runs_one_url(capsys: pytest.CaptureFixture[str], tmp_path: Pa
     assert "| agentsessions | **ours** |" in capsys.readouterr().out
     stores = json.loads(out.read_text())["stores"]
     assert [s["name"] for s in stores] == ["agentsessions", "raw dict"]
+
+
+async def test_the_instrumentation_case_times_both_arms_and_renders() -> None:
+    from agentsessions_bench._overhead import measure_instrumentation, render_instrumentation
+
+    config = dataclasses.replace(TINY, rounds=1, overhead_turns=4, overhead_history=5)
+    (row,) = await measure_instrumentation({"memory": "memory://"}, config)
+    assert row["engine"] == "memory"
+    assert row["disabled_ms"] > 0 and row["enabled_ms"] > 0
+    assert row["ratio"] == pytest.approx(row["enabled_ms"] / row["disabled_ms"])
+    lines = render_instrumentation([row])
+    assert lines[0] == "### Instrumentation overhead"
+    assert any(line.startswith("| memory |") for line in lines)

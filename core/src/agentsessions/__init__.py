@@ -24,6 +24,7 @@ from ._errors import (
     StorageFullError,
     UnknownBackendError,
 )
+from ._instrumentation import instrument, uninstrument
 from ._manager import ManagerOptions, SessionManager
 from ._memory import MemorySessionManager
 from ._models import Event, Session, SessionPage, SessionSummary
@@ -69,7 +70,9 @@ __all__ = [
     "__version__",
     "connect",
     "installed_backends",
+    "instrument",
     "mask_url",
     "register_backend",
+    "uninstrument",
     "unregister_backend",
 ]

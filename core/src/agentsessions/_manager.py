@@ -20,7 +20,7 @@ from typing import Annotated, Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from . import _json
+from . import _instrumentation, _json, _log
 from ._clock import SYSTEM_CLOCK, Clock
 from ._errors import (
     BackendUnavailableError,
@@ -169,6 +169,11 @@ class SessionManager(abc.ABC):
     #: Where "now" comes from for every timestamp and expiry check: the system clock
     #: unless set (``connect(url, clock=...)`` or assignment); `with_options` keeps it.
     clock: Clock = SYSTEM_CLOCK
+    #: The engine's OpenTelemetry ``db.system.name`` ("" means the URL scheme).
+    db_system: ClassVar[str] = ""
+    #: A server backend's default port: set, it makes instrumentation report the
+    #: URL's host, port and database (``server.address``, ...). None: an embedded engine.
+    default_port: ClassVar[int | None] = None
 
     def __init__(self, url: str, options: ManagerOptions | None = None) -> None:
         self._url = url
@@ -180,6 +185,7 @@ class SessionManager(abc.ABC):
         self._open_lock: asyncio.Lock | None = None
         self._opened = False
         self._closed = False
+        _instrumentation.track(self)
 
     # -- construction -----------------------------------------------------------------
 
@@ -217,6 +223,7 @@ class SessionManager(abc.ABC):
         merged = {**self.options.model_dump(exclude_unset=True), **changes}
         other = type(self)(self._url, self.parse_options(merged))
         other.clock = self.clock
+        _instrumentation.inherit(self, other)
         return other
 
     @property
@@ -239,8 +246,13 @@ class SessionManager(abc.ABC):
             self._open_lock = asyncio.Lock()
         async with self._open_lock:
             if not self._opened:
-                await self._open()
+                try:
+                    await self._open()
+                except BackendUnavailableError as exc:
+                    _instrumentation.connection_failed(self, exc)
+                    raise
                 self._opened = True
+                _instrumentation.connection_opened(self)
 
     async def close(self) -> None:
         """Release connections. Idempotent; the manager cannot be used afterwards."""
@@ -519,6 +531,7 @@ class SessionManager(abc.ABC):
                 await self.save(session)
             except SessionConflictError:
                 if attempt >= retries:
+                    _log.retries_exhausted(self, retries)
                     raise
                 await backoff(attempt)
                 continue
@@ -591,7 +604,14 @@ class SessionManager(abc.ABC):
     def _unavailable(self, exc: BaseException) -> BackendUnavailableError:
         """A `BackendUnavailableError` for *exc*, with every trace of the password masked."""
         reason = scrub_secret(f"{type(exc).__name__}: {exc}", self._url)
-        return BackendUnavailableError(self.url, reason)
+        error = BackendUnavailableError(self.url, reason)
+        if self._opened:
+            _instrumentation.connection_lost(self, error)
+        return error
+
+    def _migrations_applied(self, from_version: int, to_version: int) -> None:
+        """Log that `_open` migrated the schema (operators want to know when)."""
+        _log.migrations_applied(self, from_version, to_version)
 
     # -- what a backend implements ------------------------------------------------------
 

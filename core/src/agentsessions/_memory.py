@@ -47,6 +47,7 @@ class MemorySessionManager(SessionManager):
     """Sessions in this process's memory; gone when the process ends."""
 
     capabilities = Capabilities(persistent=False, shared=True)
+    db_system = "memory"
 
     def __init__(self, url: str = "memory://", options: ManagerOptions | None = None) -> None:
         super().__init__(url, options)

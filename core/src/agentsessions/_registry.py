@@ -17,6 +17,7 @@ from typing import Any
 
 import pluggy
 
+from . import _instrumentation
 from ._clock import Clock
 from ._errors import (
     BackendConflictError,
@@ -187,12 +188,16 @@ def scheme_of(url: str) -> str:
     return scheme.lower()
 
 
-def connect(url: str, *, clock: Clock | None = None, **options: Any) -> SessionManager:
+def connect(
+    url: str, *, clock: Clock | None = None, instrument: object = None, **options: Any
+) -> SessionManager:
     """A manager for *url*, e.g. ``connect("sqlite:///sessions.db?ttl=3600")``.
 
     Cheap and synchronous: nothing connects until first use (or ``await manager.open()``).
     Options come from the URL's query string and from keyword arguments. *clock* (an
     `agentsessions.Clock`) replaces the system clock as the source of "now".
+    *instrument* turns instrumentation on for this manager: ``True`` (OpenTelemetry),
+    a plugin, a plugin's name, or a list of them (see `agentsessions.instrument`).
     """
     if clock is not None and not isinstance(clock, Clock):
         raise InvalidOptionError(
@@ -212,4 +217,7 @@ def connect(url: str, *, clock: Clock | None = None, **options: Any) -> SessionM
     manager = spec.load().from_url(url, **options)
     if clock is not None:
         manager.clock = clock
+    if instrument is not None and instrument is not False:
+        plugins = instrument if isinstance(instrument, (list, tuple)) else [instrument]
+        _instrumentation.instrument(*plugins, manager=manager)
     return manager

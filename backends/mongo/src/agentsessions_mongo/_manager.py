@@ -135,6 +135,8 @@ class MongoSessionManager(SessionManager):
         max_event_bytes=_MAX_DOCUMENT_BYTES,
         max_state_bytes=_MAX_DOCUMENT_BYTES,
     )
+    db_system = "mongodb"
+    default_port = 27017
 
     options: MongoOptions
 

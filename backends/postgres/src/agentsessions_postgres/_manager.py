@@ -90,6 +90,8 @@ class PostgresSessionManager(SessionManager):
     Options: ClassVar[type[ManagerOptions]] = PostgresOptions
     driver_query_params: ClassVar[frozenset[str]] = DRIVER_QUERY_PARAMS
     capabilities = Capabilities(persistent=True, shared=True, ttl=True, namespaces=True)
+    db_system = "postgresql"
+    default_port = 5432
 
     options: PostgresOptions
 
@@ -173,6 +175,8 @@ class PostgresSessionManager(SessionManager):
                 for ddl in MIGRATIONS[version]:
                     await connection.execute(ddl.replace("{s}", quote_ident(schema)))
                 await connection.execute(self._sql.record_version, version)
+        if current < LATEST_VERSION:
+            self._migrations_applied(current, LATEST_VERSION)
 
     async def _schema_version(self, connection: _Connection) -> int | None:
         table = f"{quote_ident(self.options.schema)}.agentsessions_schema_version"

@@ -135,6 +135,8 @@ class RedisSessionManager(SessionManager):
         }
     )
     capabilities = Capabilities(persistent=True, shared=True, ttl=True, namespaces=True)
+    db_system = "redis"
+    default_port = 6379
 
     #: In a cluster a create writes its index entries before the session itself, so a
     #: reader may see an entry whose session is about to appear; readers leave entries

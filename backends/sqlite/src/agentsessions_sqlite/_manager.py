@@ -36,7 +36,7 @@ from agentsessions.backend import (
 
 from ._connection import Link, connect, is_busy
 from ._options import SQLiteOptions
-from ._schema import SchemaTooNewError, migrate
+from ._schema import SCHEMA_VERSION, SchemaTooNewError, migrate
 from ._url import MEMORY, database_path
 
 __all__ = ["SQLiteSessionManager"]
@@ -339,6 +339,7 @@ class SQLiteSessionManager(SessionManager):
     Options: ClassVar[type[ManagerOptions]] = SQLiteOptions
     options: SQLiteOptions
     capabilities = Capabilities(persistent=True, shared=True)
+    db_system = "sqlite"
 
     def __init__(self, url: str, options: ManagerOptions | None = None) -> None:
         super().__init__(url, options)
@@ -363,7 +364,7 @@ class SQLiteSessionManager(SessionManager):
             writer = await connect(self.path, options.busy_timeout)
             links.append(writer)
             await writer.call(_prepare_writer, options.synchronous, self.in_memory)
-            await writer.write(migrate)
+            found = await writer.write(migrate)
             self._utf8 = await writer.call(_is_utf8)
             if self.in_memory:
                 reader = writer
@@ -380,6 +381,8 @@ class SQLiteSessionManager(SessionManager):
                 raise BackendUnavailableError(self.url, self._open_failure(exc)) from exc
             raise
         self._writer, self._reader = writer, reader
+        if found < SCHEMA_VERSION:
+            self._migrations_applied(found, SCHEMA_VERSION)
 
     def _open_failure(self, exc: sqlite3.Error) -> str:
         reason = f"cannot open SQLite database {self.path}: {exc}"

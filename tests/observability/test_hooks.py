@@ -1,0 +1,183 @@
+"""The instrumentation hook: any plugin sees every operation; nothing is installed, and
+so nothing costs, while instrumentation is off."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+
+import agentsessions
+import pytest
+from agentsessions import InvalidInputError, SessionManager, connect
+from agentsessions.instrumentation import (
+    OPERATIONS,
+    Operation,
+    hookimpl,
+    instrument,
+    instrumented,
+    uninstrument,
+)
+
+
+class Recorder:
+    """A plugin, as a Prometheus exporter or an audit log would be."""
+
+    def __init__(self) -> None:
+        self.started: list[str] = []
+        self.finished: list[Operation] = []
+
+    @hookimpl
+    def agentsessions_operation_started(self, operation: Operation) -> None:
+        self.started.append(operation.name)
+
+    @hookimpl
+    def agentsessions_operation_finished(self, operation: Operation) -> None:
+        self.finished.append(operation)
+
+
+class FinishedOnly:
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    @hookimpl
+    def agentsessions_operation_finished(self, operation: Operation) -> None:
+        self.names.append(operation.name)
+
+
+def _wrapped(manager: SessionManager) -> set[str]:
+    return {name for name in (*OPERATIONS, "_create", "_save") if name in vars(manager)}
+
+
+async def test_off_by_default_means_nothing_is_installed() -> None:
+    manager = connect("memory://")
+    assert _wrapped(manager) == set()
+    assert manager.get.__func__ is SessionManager.get  # type: ignore[attr-defined]
+    assert instrumented(manager) == []
+    async with manager:
+        await manager.create("s")
+    assert _wrapped(manager) == set()
+
+
+async def test_a_plugin_sees_every_operation_with_what_it_did() -> None:
+    recorder = Recorder()
+    async with connect("memory://", instrument=recorder) as manager:
+        assert _wrapped(manager) == {*OPERATIONS, "_create", "_save"}
+        session = await manager.create("s", "ada")
+        session.add_event("user", "hi")
+        await manager.save(session)
+        await manager.get("s", last_events=5)
+        await manager.update("s", lambda s: s.add_event("user", "again"))
+        await manager.list_sessions()
+        await manager.delete("s")
+        await manager.delete_user("ada")
+        await manager.purge_expired()
+    names = [op.name for op in recorder.finished]
+    assert recorder.started == [
+        "open",
+        "create",
+        "save",
+        "get",
+        "update",
+        "get",
+        "save",
+        "list_sessions",
+        "delete",
+        "delete_user",
+        "purge_expired",
+    ]
+    assert sorted(names) == sorted(recorder.started)
+    by_name = {op.name: op for op in recorder.finished if op.parent is None}
+    assert set(by_name) == set(OPERATIONS)
+    assert by_name["create"].session_id == "s"
+    assert by_name["create"].user_id == "ada"
+    assert by_name["save"].events_written == 1
+    assert by_name["save"].version == 2
+    assert by_name["get"].tail_read is True
+    assert by_name["get"].events_read == 1
+    assert by_name["update"].events_written == 1
+    assert by_name["delete"].sessions == 1
+    assert by_name["delete_user"].sessions == 0
+    assert all(op.duration is not None and op.duration >= 0 for op in recorder.finished)
+    nested = [op for op in recorder.finished if op.parent is not None]
+    assert {op.parent.name for op in nested if op.parent} == {"update"}
+
+
+async def test_several_plugins_each_implementing_what_they_need() -> None:
+    first, second = Recorder(), FinishedOnly()
+    async with connect("memory://", instrument=[first, second]) as manager:
+        await manager.create("s")
+    assert first.started == ["open", "create"]
+    assert second.names == ["open", "create"]
+
+
+async def test_global_instrument_reaches_existing_and_new_managers_until_undone() -> None:
+    recorder = Recorder()
+    before = connect("memory://")
+    assert instrument(recorder) == [recorder]
+    assert instrument(recorder) == [recorder]  # once is enough
+    after = connect("memory://")
+    await before.create("a")
+    await after.create("b")
+    uninstrument()
+    await before.create("c")
+    assert [op.name for op in recorder.finished if op.parent is None] == ["create", "create"]
+    assert _wrapped(before) == _wrapped(after) == set()
+
+
+async def test_a_managers_own_plugins_follow_it_into_with_options() -> None:
+    recorder = Recorder()
+    manager = connect("memory://shared-hooks", instrument=recorder)
+    other = manager.with_options(namespace="other")
+    await other.create("s")
+    assert [op.name for op in recorder.finished] == ["open", "create"]
+    assert recorder.finished[-1].backend == {
+        "db.system.name": "memory",
+        "agentsessions.namespace": "other",
+    }
+    uninstrument(manager=other)
+    assert _wrapped(other) == set()
+    assert instrumented(manager) == [recorder]
+
+
+async def test_a_broken_plugin_is_logged_and_never_fails_the_call(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    class Broken:
+        @hookimpl
+        def agentsessions_operation_finished(self, operation: Operation) -> None:
+            raise RuntimeError("plugin bug")
+
+    caplog.set_level(logging.ERROR, logger="agentsessions")
+    async with connect("memory://", instrument=Broken()) as manager:
+        session = await manager.create("s")
+    assert session.version == 1
+    failures = [r for r in caplog.records if getattr(r, "event", None) == "plugin_failed"]
+    assert failures
+    assert "RuntimeError: plugin bug" in failures[0].getMessage()
+
+
+def test_an_unknown_plugin_name_is_a_clear_error() -> None:
+    with pytest.raises(InvalidInputError, match="no-such-plugin"):
+        connect("memory://", instrument="no-such-plugin")
+
+
+def test_nothing_of_opentelemetry_is_imported_unless_asked() -> None:
+    code = (
+        "import sys, asyncio, agentsessions\n"
+        "async def main():\n"
+        "    async with agentsessions.connect('memory://') as m:\n"
+        "        await m.create('s')\n"
+        "asyncio.run(main())\n"
+        "assert not [n for n in sys.modules if n.startswith('opentelemetry')], 'imported'\n"
+        "assert 'agentsessions._otel' not in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_the_public_names() -> None:
+    assert agentsessions.instrument is instrument
+    assert agentsessions.uninstrument is uninstrument
+    from agentsessions.backend import hookimpl as backend_hookimpl
+
+    assert hookimpl is backend_hookimpl  # one marker for every hook of the project
