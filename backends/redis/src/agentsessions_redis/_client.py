@@ -10,7 +10,7 @@ files, client_name...) are passed through as redis-py parses them.
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import urlsplit
 
 from agentsessions import InvalidOptionError
 from agentsessions.backend import parse_server_url
@@ -32,11 +32,10 @@ def _db_number(text: str, where: str) -> int:
 def check_url(url: str) -> int:
     """Parse every part of *url* now (hosts, ports, database); the database number."""
     scheme = url.partition("://")[0].lower()
-    if scheme == "unix":
-        query = dict(parse_qsl(urlsplit(url).query))
-        return _db_number(query["db"], "in the query") if "db" in query else 0
     parts = parse_server_url(url, multi_host=scheme in CLUSTER_SCHEMES)
-    db = _db_number(parts.path, "the URL's path") if parts.path else 0
+    db = 0
+    if parts.path and scheme != "unix":  # unix:// has the socket's path there
+        db = _db_number(parts.path, "the URL's path")
     if "db" in parts.query:
         db = _db_number(parts.query["db"], "in the query")
     if scheme in CLUSTER_SCHEMES:

@@ -25,7 +25,8 @@ def database_path(url: str) -> str:
         raise InvalidOptionError(f"not a sqlite URL: {parts.scheme}:// ({_FORMS})")
     if parts.netloc:
         raise InvalidOptionError(
-            f"a sqlite URL names a file, not a host ({parts.netloc!r} given); {_FORMS}"
+            f"URL host: a sqlite URL names a file, not a host (the part after '//' "
+            f"must be empty); {_FORMS}"
         )
     if parts.fragment:
         raise InvalidOptionError(f"a sqlite URL has no #fragment; {_FORMS}")

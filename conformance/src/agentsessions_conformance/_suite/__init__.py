@@ -17,7 +17,7 @@ from ._tests_input import InputTests
 from ._tests_isolation import IsolationTests
 from ._tests_lifecycle import LifecycleTests
 from ._tests_listing import ListingTests
-from ._tests_misuse import MisuseTests
+from ._tests_misuse import MisuseFuzzTests, MisuseTests
 from ._tests_save import SaveTests
 from ._tests_ttl import TtlTests
 from ._tests_update import UpdateTests
@@ -29,6 +29,7 @@ class SessionManagerTests(
     # pytest collects the last base's tests first: this runs create, get, save, ... first.
     LifecycleTests,
     MisuseTests,
+    MisuseFuzzTests,
     InputTests,
     FidelityTests,
     TtlTests,

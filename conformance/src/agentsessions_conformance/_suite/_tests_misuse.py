@@ -9,8 +9,12 @@ that later fails to load, never a write into another session.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import copy
+import os
 import sys
+from collections import Counter
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -19,11 +23,15 @@ from agentsessions import (
     Event,
     InvalidInputError,
     InvalidOptionError,
+    Session,
     SessionConflictError,
+    SessionError,
     SessionManager,
     SessionSerializationError,
     SessionTooLargeError,
 )
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from ._base import SuiteBase, snapshot
 
@@ -297,3 +305,281 @@ class MisuseTests(SuiteBase):
             assert info.value.path == "state"
             assert marker not in str(info.value)
         assert snapshot(await self.readback(manager, session.session_id)) == before
+
+
+# -- the fuzz: hostile ids, values, events, options and misuse, every one a contract check --
+
+#: Examples per fuzz clause. Small by default (a CI run stays cheap and, derandomized,
+#: the same every time); set AGENTSESSIONS_FUZZ_EXAMPLES=300 (or more) for a deep,
+#: randomized run.
+FUZZ_EXAMPLES_ENV = "AGENTSESSIONS_FUZZ_EXAMPLES"
+_DEFAULT_EXAMPLES = 15
+_CASE_TIMEOUT = 60.0
+
+_SPECIAL_TEXT = [
+    "",
+    " ",
+    "\x00",
+    "\ud800",
+    "a\udfffb",
+    "x" * 256,
+    "é" * 255,
+    "$where",
+    "{a}",
+    "'; DROP TABLE x; --",
+    "*",
+    "../",
+    "\n",
+    "🤖",
+]
+_TEXT = st.one_of(
+    st.sampled_from(_SPECIAL_TEXT),
+    st.text(min_size=1, max_size=12),
+    st.text(min_size=1, max_size=12),
+    st.text(st.characters(blacklist_categories=()), max_size=12),  # surrogates too
+)
+_LEAVES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    _TEXT,
+)
+_JSON_ISH = st.recursive(
+    _LEAVES,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.dictionaries(_TEXT, inner, max_size=4),
+    ),
+    max_leaves=12,
+)
+_CLEAN_JSON = st.recursive(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(min_value=-(2**63), max_value=2**63 - 1),
+        st.floats(allow_nan=False, allow_infinity=False),
+        st.text(max_size=12),
+    ),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+_NOT_JSON = st.sampled_from(
+    [(1, 2), {1, 2}, b"raw", datetime(2024, 1, 1, tzinfo=timezone.utc), {1: "a"}, object()]
+)
+# Half valid JSON (which must round-trip), half hostile (which must be refused).
+_VALUES = st.one_of(_CLEAN_JSON, _CLEAN_JSON, _CLEAN_JSON, _JSON_ISH, _NOT_JSON)
+_STATES = st.one_of(
+    st.dictionaries(st.text(max_size=8), _VALUES, max_size=4),
+    st.dictionaries(_TEXT, _VALUES, max_size=4),
+    _VALUES,
+)
+_AUTHORS = st.one_of(st.text(min_size=1, max_size=12), _TEXT, st.integers(), st.none())
+_TIMESTAMPS = st.one_of(
+    st.datetimes(timezones=st.just(timezone.utc)),
+    st.datetimes(timezones=st.just(timezone.utc)),
+    st.datetimes(),  # naive
+    st.sampled_from(list(OUT_OF_RANGE_TIMESTAMPS.values())),
+    st.datetimes(timezones=st.sampled_from([_EAST, _WEST, timezone.utc])),
+    st.sampled_from(["2024-01-01T00:00:00Z", 0, None]),
+)
+
+
+@st.composite
+def _events(draw: st.DrawFn) -> object:
+    """An event built any way a caller can: validated, or with ``model_construct``."""
+    fields: dict[str, Any] = {"author": draw(_AUTHORS)}
+    if draw(st.booleans()):
+        fields["id"] = draw(_TEXT)
+    if draw(st.booleans()):
+        fields["content"] = draw(_VALUES)
+    if draw(st.booleans()):
+        fields["timestamp"] = draw(_TIMESTAMPS)
+    if draw(st.booleans()):
+        fields["metadata"] = draw(st.one_of(st.dictionaries(_TEXT, _VALUES, max_size=3), _VALUES))
+    if draw(st.booleans()):
+        return Event.model_construct(**fields)
+    try:
+        return Event(**fields)
+    except ValueError:  # pydantic refused it: the caller can still build it unvalidated
+        return Event.model_construct(**fields)
+
+
+_MISUSE = st.one_of(
+    st.tuples(st.just("create"), _TEXT, st.one_of(st.none(), _TEXT), _STATES),
+    st.tuples(st.just("append"), st.lists(_events(), min_size=1, max_size=3)),
+    st.tuples(st.just("state"), _STATES),
+    st.tuples(st.just("state-item"), _TEXT, _VALUES),
+    st.tuples(st.just("replace-events"), st.lists(_events(), max_size=3)),
+    st.tuples(st.just("move-to-sentinel"), st.booleans()),
+    st.tuples(st.just("copy-then-original"), st.booleans(), st.lists(_events(), max_size=2)),
+    st.tuples(
+        st.just("last-events"),
+        st.one_of(st.integers(min_value=-3, max_value=10**20), st.sampled_from([sys.maxsize])),
+    ),
+    st.tuples(
+        st.just("options"),
+        st.sampled_from(["ttl", "namespace"]),
+        st.one_of(st.floats(), st.integers(), _TEXT, st.none()),
+    ),
+)
+
+
+class FuzzTally:
+    """What the fuzz saw: outcomes by kind, and the three that must stay at zero."""
+
+    def __init__(self) -> None:
+        self.outcomes: Counter[str] = Counter()
+        self.raw = self.poisoned = self.cross_session = 0
+
+    @property
+    def cases(self) -> int:
+        return sum(self.outcomes.values())
+
+    def summary(self) -> str:
+        kinds = ", ".join(f"{name}={count}" for name, count in sorted(self.outcomes.items()))
+        return (
+            f"{self.cases} hostile cases: raw exceptions={self.raw}, poisoned sessions="
+            f"{self.poisoned}, cross-session writes={self.cross_session} ({kinds})"
+        )
+
+
+class MisuseFuzzTests(SuiteBase):
+    async def test_hostile_input_and_misuse_never_corrupt_anything(
+        self, manager: SessionManager, request: pytest.FixtureRequest
+    ) -> None:
+        """Hypothesis throws hostile ids, values, hand-built events, options and misuse of
+        loaded sessions at the backend: each case round-trips or raises a documented
+        SessionError with nothing stored; never a raw exception, never a session that
+        fails to load, never a change to another session."""
+        if manager.capabilities.namespaces:
+            manager = await self.variant(manager, namespace=self.new_namespace())
+            prefix = ""
+        else:
+            prefix = self.new_id("fz") + "-"
+        sentinel = await self.session_with_events(manager, 2, user_id=self.new_user())
+        sentinel_before = snapshot(await self.readback(manager, sentinel.session_id))
+        tally = FuzzTally()
+        loop = asyncio.get_running_loop()
+
+        async def one_case(case: tuple[Any, ...]) -> None:
+            session = await self.session_with_events(manager, 1)
+            session.state["k"] = 1
+            await manager.save(session)
+            session_before = snapshot(await self.readback(manager, session.session_id))
+            try:
+                outcome = await self._misuse(manager, session, sentinel.session_id, prefix, case)
+            except SessionError as exc:
+                outcome = f"refused:{type(exc).__name__}"
+                stored = snapshot(await self.readback(manager, session.session_id))
+                if stored != session_before:
+                    tally.poisoned += 1
+                    raise AssertionError(f"{outcome} but the session changed: {stored}") from exc
+            except Exception as exc:
+                tally.raw += 1
+                raise AssertionError(f"raw {type(exc).__name__}: {exc!r:.300}") from exc
+            try:
+                await manager.get(session.session_id)
+                await manager.get(session.session_id, last_events=1)
+            except Exception as exc:
+                tally.poisoned += 1
+                raise AssertionError(f"the session no longer loads: {exc!r:.300}") from exc
+            if snapshot(await self.readback(manager, sentinel.session_id)) != sentinel_before:
+                tally.cross_session += 1
+                raise AssertionError(f"case {case!r:.200} changed another session")
+            tally.outcomes[outcome] += 1
+
+        examples = int(os.environ.get(FUZZ_EXAMPLES_ENV, _DEFAULT_EXAMPLES))
+
+        @settings(
+            max_examples=examples,
+            deadline=None,
+            database=None,
+            derandomize=FUZZ_EXAMPLES_ENV not in os.environ,
+            suppress_health_check=list(HealthCheck),
+        )
+        @given(_MISUSE)
+        def run(case: tuple[Any, ...]) -> None:
+            # Hypothesis drives a sync function: it runs in a worker thread, and each
+            # case runs on the test's own loop, where the manager lives.
+            asyncio.run_coroutine_threadsafe(one_case(case), loop).result(_CASE_TIMEOUT)
+
+        try:
+            await asyncio.to_thread(run)
+        finally:
+            request.node.user_properties.append(("misuse_fuzz", tally.summary()))
+            print(f"\n{type(manager).__name__} fuzz: {tally.summary()}")
+        assert tally.cases >= min(examples, 1)
+
+    async def _misuse(
+        self,
+        manager: SessionManager,
+        session: Session,
+        sentinel_id: str,
+        prefix: str,
+        case: tuple[Any, ...],
+    ) -> str:
+        """Apply one hostile case; on success check the round trip, and say what happened."""
+        kind = case[0]
+        if kind == "create":
+            _, raw_id, user_id, state = case
+            session_id = prefix + raw_id
+            try:
+                before = snapshot(await manager.get(session_id))
+            except InvalidInputError:
+                before = None
+            try:
+                created = await manager.create(session_id, user_id, state=state)
+            except SessionError:
+                if before is None:
+                    with contextlib.suppress(InvalidInputError):
+                        assert await manager.get(session_id) is None, "a refused create stored"
+                raise
+            self.track(session_id)
+            assert snapshot(await self.readback(manager, session_id)) == snapshot(created)
+            return "stored"
+        if kind == "last-events":
+            loaded = await manager.get(session.session_id, last_events=case[1])
+            assert loaded is not None and len(loaded.events) == min(max(case[1], 0), 1)
+            return "loaded"
+        if kind == "options":
+            _, name, value = case
+            varied = manager.with_options(**{name: value})
+            try:
+                await varied.open()
+                probe = await varied.create(self.new_id("opt"))
+                assert snapshot(await varied.get(probe.session_id)) == snapshot(probe)
+                await varied.delete(probe.session_id)
+            finally:
+                await varied.close()
+            return "options accepted"
+        if kind == "move-to-sentinel":
+            moved = session.model_copy(update={"session_id": sentinel_id}, deep=case[1])
+            moved.add_event("user", "moved")
+            await manager.save(moved)
+            raise AssertionError("a copy was saved under another session's id")
+        if kind == "copy-then-original":
+            _, deep, events = case
+            copied = session.model_copy(deep=deep)
+            copied.events.extend(events)
+            await manager.save(copied)
+            expected = snapshot(copied)
+            with contextlib.suppress(SessionConflictError):
+                session.state = {"original": True}
+                await manager.save(session)
+                raise AssertionError("the original saved over its copy's save")
+            assert snapshot(await self.readback(manager, session.session_id)) == expected
+            return "stored"
+        if kind == "append":
+            session.events.extend(case[1])
+        elif kind == "replace-events":
+            session.events = list(case[1])
+        elif kind == "state":
+            session.state = case[1]
+        else:
+            session.state[case[1]] = case[2]
+        await manager.save(session)
+        assert snapshot(await self.readback(manager, session.session_id)) == snapshot(session)
+        return "stored"
