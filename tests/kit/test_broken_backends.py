@@ -48,6 +48,8 @@ EXPECTED_FAILURES = {
         "test_save_stale_copy_raises_conflict",
         # The original saved after its copy is stale: a lost save lands it anyway.
         "test_a_copy_has_its_own_tracking",
+        # Its (derandomized) cases include saving a copy and then the original.
+        "test_hostile_input_and_misuse_never_corrupt_anything",
         "test_concurrent_saves_exactly_one_lands",
         "test_concurrent_saves_across_managers",
     },
