@@ -27,7 +27,7 @@ nox.options.default_venv_backend = "uv"
 nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_missing_interpreters = False
 nox.options.download_python = "never"
-nox.options.sessions = ["lint", "typecheck", "tests", "conformance", "dist"]
+nox.options.sessions = ["lint", "typecheck", "tests", "conformance", "dist", "docs"]
 
 SUPPORTED_PYTHONS = ("3.10", "3.11", "3.12", "3.13", "3.14")
 
@@ -78,7 +78,7 @@ def typecheck(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
     """The project's own tests: core, kit self-tests, runtime, CLI, cross-backend."""
-    session.install(*TEST_DEPS, *OTEL_TEST_DEPS, "redis>=5.2", *_editable(*MEMBERS))
+    session.install(*TEST_DEPS, *OTEL_TEST_DEPS, "redis>=5.3", *_editable(*MEMBERS))
     session.run(
         "pytest",
         "tests",
@@ -121,16 +121,16 @@ def bench(session: nox.Session) -> None:
     session.run("python", "-m", "agentsessions_bench", *session.posargs)
 
 
-# The distributions published from this repository, by name (and the workspace member
-# each is built from): `dist` fails if `uv build --all-packages` makes any other set.
-DISTRIBUTIONS = {
-    "agentsessions": "core",
-    "agentsessions-conformance": "conformance",
-    "agentsessions-sqlite": "backends/sqlite",
-    "agentsessions-postgres": "backends/postgres",
-    "agentsessions-redis": "backends/redis",
-    "agentsessions-mongo": "backends/mongo",
-}
+# The distributions published from this repository (tests/test_packaging.py checks their
+# sources against this list); other workspace members (test tooling) are not published.
+DISTRIBUTIONS = (
+    "agentsessions",
+    "agentsessions-conformance",
+    "agentsessions-sqlite",
+    "agentsessions-postgres",
+    "agentsessions-redis",
+    "agentsessions-mongo",
+)
 
 
 def _normalized(name: str) -> str:
@@ -194,7 +194,10 @@ def dist(session: nox.Session) -> None:
     tmp = Path(session.create_tmp()).resolve()
     out = tmp / "dist"
     shutil.rmtree(out, ignore_errors=True)
-    session.run("uv", "build", "--all-packages", "--quiet", "--out-dir", str(out), external=True)
+    for name in DISTRIBUTIONS:
+        session.run(
+            "uv", "build", "--package", name, "--quiet", "--out-dir", str(out), external=True
+        )
     wheels, sdists = check_built(out)
     session.run("twine", "check", "--strict", *map(str, wheels + sdists))
 
@@ -251,14 +254,40 @@ for name in ("agentsessions", "agentsessions_conformance", "agentsessions_sqlite
 """
 
 
-@nox.session(python=PYTHON)
+@nox.session(python=PYTHON, reuse_venv=False)
 def lowest(session: nox.Session) -> None:
-    """The tests and the kit on every backend, with each distribution's dependencies at the
-    LOWEST versions its metadata allows (uv's ``--resolution lowest-direct``): a floor
-    that is declared but broken fails here instead of on a user's machine.
+    """The tests and the kit with every dependency at the LOWEST version the metadata allows.
+
+    uv's ``--resolution lowest-direct`` takes each distribution's floors (pydantic,
+    pluggy, aiosqlite, asyncpg, redis, pymongo, pytest, ...), so a floor that is declared
+    but broken fails here instead of on a user's machine. Twice: without the framework
+    extras (their own floors would lift pydantic's), then the adapters' tests with them.
     """
-    session.install(
-        "--resolution", "lowest-direct", *TEST_DEPS, *OTEL_TEST_DEPS, *_editable(*MEMBERS)
-    )
-    session.run("uv", "pip", "list", external=True, silent=False)
-    session.run("pytest", "tests", *session.posargs)
+    lowest = ("--resolution", "lowest-direct")
+    members = [member.replace("core[openai-agents,adk]", "core") for member in MEMBERS]
+    session.install(*lowest, *TEST_DEPS, *OTEL_TEST_DEPS, "redis>=5.3", *_editable(*members))
+    session.run("uv", "pip", "list", external=True)
+    session.run("pytest", "tests", "--ignore=tests/integrations", *session.posargs)
+    session.install(*lowest, *TEST_DEPS, *OTEL_TEST_DEPS, "redis>=5.3", *_editable(*MEMBERS))
+    session.run("uv", "pip", "list", external=True)
+    session.run("pytest", "tests/integrations", *session.posargs)
+
+
+DOCS_DEPS = ("mkdocs>=1.6", "mkdocs-material>=9.5", "mkdocstrings[python]>=0.29")
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """Build the documentation site (mkdocs.yml) with ``--strict``: any warning fails.
+
+    The API pages are generated from the docstrings of the public modules
+    (`agentsessions.backend`, `agentsessions.runtime`), read from the source tree.
+    ``nox -s docs -- serve`` serves it on 127.0.0.1:8000 instead.
+    """
+    session.install(*DOCS_DEPS)
+    session.env["NO_MKDOCS_2_WARNING"] = "1"  # Material's banner about its successor
+    site = Path(session.create_tmp()) / "site"
+    if session.posargs[:1] == ["serve"]:
+        session.run("mkdocs", "serve", "--strict", "--dev-addr", "127.0.0.1:8000")
+    else:
+        session.run("mkdocs", "build", "--strict", "--site-dir", str(site))

@@ -6,6 +6,7 @@ alone); this checks the sources they are built from, on every test run.
 
 from __future__ import annotations
 
+import ast
 import re
 import sys
 from pathlib import Path
@@ -44,6 +45,19 @@ def _project(directory: str) -> dict[str, Any]:
     with (ROOT / directory / "pyproject.toml").open("rb") as handle:
         project: dict[str, Any] = tomllib.load(handle)["project"]
     return project
+
+
+def test_nox_builds_exactly_these_distributions() -> None:
+    tree = ast.parse((ROOT / "noxfile.py").read_text(encoding="utf-8"))
+    built = next(
+        ast.literal_eval(node.value)
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and any(
+            isinstance(target, ast.Name) and target.id == "DISTRIBUTIONS" for target in node.targets
+        )
+    )
+    assert sorted(built) == sorted(PUBLISHED)
 
 
 @pytest.fixture(scope="module")

@@ -31,6 +31,10 @@ __all__ = [
 ]
 
 logger = logging.getLogger("agentsessions")
+# A library configures no output: without this, an application that set up no logging
+# gets WARNING records on stderr from logging's last-resort handler (a CLI error would
+# then be followed by a second, raw copy of it).
+logger.addHandler(logging.NullHandler())
 
 
 def _emit(level: int, manager: SessionManager, event: str, message: str, **fields: Any) -> None:

@@ -598,6 +598,7 @@ class SessionManager(abc.ABC):
     # -- helpers for backends ---------------------------------------------------------
 
     def _expiry(self, now: datetime) -> datetime | None:
+        """The ``expires_at`` of a session written at *now*: ``now + ttl``, or None."""
         ttl = self.options.ttl
         return None if ttl is None else now + timedelta(seconds=ttl)
 
@@ -614,40 +615,133 @@ class SessionManager(abc.ABC):
         _log.migrations_applied(self, from_version, to_version)
 
     # -- what a backend implements ------------------------------------------------------
+    # The terms used below ("now", expiry, atomic) are defined once, in the docstring of
+    # agentsessions.backend, where the backend author's guide renders them.
 
     @abc.abstractmethod
     async def _open(self) -> None:
-        """Connect (create pools, schemas). Called once, lazily."""
+        """Connect: create pools and clients, create or migrate the schema.
+
+        Called once, lazily, by `open` (explicitly, by ``async with``, or by the first
+        call), under a lock, so it never runs twice concurrently; if it raises, the
+        manager stays unopened and the next call tries again.
+
+        Raises:
+            BackendUnavailableError: the engine cannot be reached or the store cannot be
+                used (a missing directory, a schema from a newer release); the message
+                names the reason with the password masked.
+        """
 
     @abc.abstractmethod
     async def _close(self) -> None:
-        """Release what `_open` acquired."""
+        """Release what `_open` acquired (connections, pools, threads).
+
+        Called at most once, by `close`, and only if `_open` succeeded. It should not
+        raise for an engine that has gone away: closing must always release.
+        """
 
     @abc.abstractmethod
     async def _create(self, record: SessionRecord, now: datetime) -> None:
-        """Insert *record* atomically; `SessionExistsError` if a live one has its id.
+        """Insert a new session atomically.
 
-        An expired session with the id counts as absent and is replaced.
+        Args:
+            record: the new session: ``version`` 1, ``event_count`` 0, ``state`` as JSON
+                text, ``created_at == updated_at == now`` and ``expires_at`` computed
+                from the ``ttl`` option (None without one).
+            now: the clock reading of this call; an expired stored session with the
+                same id counts as absent and is replaced (with its events removed).
+
+        Of several concurrent creates of one id (in any process), exactly one succeeds.
+
+        Raises:
+            SessionExistsError: a live session with ``record.session_id`` is stored;
+                it is left untouched.
+            BackendUnavailableError: the engine failed; nothing was written.
         """
 
     @abc.abstractmethod
     async def _load(
         self, session_id: str, last_events: int | None, now: datetime
     ) -> LoadedSession | None:
-        """The record and its newest *last_events* events (all if None); None if absent/expired."""
+        """Read one session and its newest events, as of one consistent snapshot.
+
+        Args:
+            session_id: a validated id.
+            last_events: how many of the newest events to read: None for all of them,
+                0 for none (the record alone). Push the limit into the engine's query,
+                so that the cost does not grow with the history.
+            now: the clock reading of this call, for expiry.
+
+        Returns:
+            The stored record and its newest ``min(last_events, event_count)`` events
+            in position order (decode them with `decode_events`), read atomically with
+            the record so that ``record.event_count`` and the events agree; or None if
+            no live session has this id. Ownership is checked by the caller.
+
+        Raises:
+            BackendUnavailableError: the engine failed.
+        """
 
     @abc.abstractmethod
     async def _save(self, request: SaveRequest, now: datetime) -> None:
-        """Apply *request* atomically (see `SaveRequest`)."""
+        """Apply one save atomically: all of it, or nothing (see `SaveRequest`).
+
+        Only if the stored version is still ``request.expected_version``: delete the
+        events at positions ``>= request.keep`` (skip this when nothing is truncated,
+        the common append), insert ``request.new_events`` at positions from
+        ``request.keep`` on, then write ``request.record`` (new version, state,
+        ``updated_at``, ``expires_at``, ``event_count``) keeping the stored
+        ``user_id`` and ``created_at``. A concurrent reader sees the session before or
+        after the save, never in between.
+
+        Args:
+            request: what to write, already encoded and checked by `save`.
+            now: the clock reading of this call; an expired session counts as absent.
+
+        Raises:
+            SessionConflictError: the stored version differs from
+                ``request.expected_version`` (another save landed first); nothing was
+                written.
+            SessionNotFoundError: no live session has the id (deleted, expired or never
+                created); nothing was written.
+            InvalidInputError: the engine cannot hold a value (an event over the
+                backend's size limit); nothing was written.
+            BackendUnavailableError: the engine failed. Raise it only if the save did
+                not land, or say in the message that its outcome is unknown.
+        """
 
     @abc.abstractmethod
     async def _delete(self, session_id: str, now: datetime) -> bool:
-        """Delete the session and its events; whether one was stored (expired at *now*
-        counts as not)."""
+        """Delete the session and all its events, atomically.
+
+        Args:
+            session_id: a validated id (ownership, when asked for, was checked first).
+            now: the clock reading of this call, for expiry.
+
+        Returns:
+            Whether a live session was stored: one expired at *now* is removed too but
+            reported as False.
+
+        Raises:
+            BackendUnavailableError: the engine failed.
+        """
 
     @abc.abstractmethod
     async def _delete_user(self, user_id: str, now: datetime) -> int:
-        """Delete every session of *user_id*; how many were live at *now*."""
+        """Delete every session (and its events) owned by *user_id*, in this namespace.
+
+        Args:
+            user_id: a validated user id.
+            now: the clock reading of this call, for expiry.
+
+        Returns:
+            How many live sessions were deleted (ones expired at *now* may be removed
+            too but are not counted).
+
+        Raises:
+            BackendUnavailableError: the engine failed; some sessions may be deleted,
+                and a retry deletes the rest.
+        """
 
     @abc.abstractmethod
     async def _list(
@@ -657,11 +751,43 @@ class SessionManager(abc.ABC):
         after: tuple[datetime, str] | None,
         now: datetime,
     ) -> list[SessionSummary]:
-        """Up to *limit* live summaries ordered by (created_at, session_id) descending,
-        strictly after the *after* position when given."""
+        """One page of live session summaries, newest created first.
+
+        Args:
+            user_id: only sessions owned by this user, or all sessions of the namespace
+                when None.
+            limit: the most summaries to return (the caller asks for one more than the
+                page size, to know whether there is a next page).
+            after: a position ``(created_at, session_id)`` from a previous page: return
+                only sessions strictly before it in the order; None for the first page.
+            now: the clock reading of this call; expired sessions are left out.
+
+        Returns:
+            At most *limit* summaries (`SessionRecord.summary`) ordered by
+            ``(created_at, session_id)`` descending. ``created_at`` never changes, so
+            paging visits each stored session once even while others are saved.
+
+        Raises:
+            BackendUnavailableError: the engine failed.
+        """
 
     async def _purge_expired(self, now: datetime) -> int:
-        """Delete expired sessions; a backend whose engine expires data itself keeps this."""
+        """Delete the sessions (and their events) that expired at *now*.
+
+        Expired sessions are already invisible to every other hook; this reclaims their
+        space. The default does nothing and returns 0, for engines that expire data
+        themselves (Redis key expiry, a MongoDB TTL index).
+
+        Args:
+            now: the clock reading of this call: delete the sessions whose
+                ``expires_at <= now``.
+
+        Returns:
+            How many sessions were deleted.
+
+        Raises:
+            BackendUnavailableError: the engine failed.
+        """
         return 0
 
 

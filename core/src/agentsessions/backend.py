@@ -1,10 +1,34 @@
 """What a backend author needs: subclass `SessionManager`, implement its ``_`` hooks.
 
-A backend moves these records in and out of its engine; the manager's public
-methods have already validated ids, checked JSON and worked out what changed.
-Register it with an entry point in the group ``agentsessions.backends`` (one entry
-per URL scheme, pointing at a light module whose `hookimpl` returns `BackendSpec`s),
-or in code with `agentsessions.register_backend`. Check it with the conformance kit.
+A backend moves the records defined here in and out of its engine; the manager's
+public methods have already validated ids and options, checked that values are JSON,
+encoded them and worked out what a save changed, and they check ownership themselves.
+Register the backend with an entry point in the group ``agentsessions.backends`` (one
+entry per URL scheme, pointing at a light module whose `hookimpl` returns
+`BackendSpec`s), or in code with `agentsessions.register_backend`. Check it with the
+conformance kit (``agentsessions-conformance``).
+
+What every hook may rely on, and must honour:
+
+- **Called on an open manager.** The public methods call `SessionManager._open`
+  first (once, lazily) and never call a hook after `SessionManager.close`.
+- **"now"** is the reading of the manager's `SessionManager.clock` (the system UTC
+  clock unless set with ``connect(url, clock=...)``) for the public call that reached
+  the hook: a timezone-aware UTC `datetime`, taken once per call and passed to every
+  hook that needs it. Compare expiry against it, never against the engine's own clock
+  or `datetime.now`, so that one call sees one instant and a test clock rules them all.
+- **Expiry.** With the ``ttl`` option a written record has
+  ``expires_at = now + ttl`` (`SessionManager._expiry`), else None. A session is
+  expired when ``expires_at is not None and expires_at <= now``; an expired session is
+  absent to every hook (not loaded, listed, counted or saved), whether or not the
+  engine has removed it yet. `SessionManager._purge_expired` reclaims it.
+- **Atomic.** A create, save or delete lands whole or not at all, and a concurrent
+  reader, in any process, sees the state before it or after it, never in between.
+- **Errors.** Contract errors (`agentsessions.SessionExistsError`,
+  `agentsessions.SessionConflictError`, `agentsessions.SessionNotFoundError`) are raised
+  by the hooks as documented on each; a failure of the engine or the network is raised
+  as `agentsessions.BackendUnavailableError`, built with `SessionManager._unavailable`,
+  which masks the password.
 """
 
 from ._manager import (
