@@ -17,7 +17,7 @@ REQUIRE_SERVERS = os.environ.get("AGENTSESSIONS_REQUIRE_SERVERS") == "1"
 
 
 def _server(kind: str, find: Callable[[], str]) -> str:
-    from servers import ServerUnavailable
+    from agentsessions_testservers import ServerUnavailable
 
     try:
         return find()
@@ -30,27 +30,27 @@ def _server(kind: str, find: Callable[[], str]) -> str:
 
 @pytest.fixture(scope="session")
 def postgres_url() -> str:
-    from servers import find_postgres
+    from agentsessions_testservers import find_postgres
 
     return _server("PostgreSQL", find_postgres)
 
 
 @pytest.fixture(scope="session")
 def redis_url() -> str:
-    from servers import find_redis
+    from agentsessions_testservers import find_redis
 
     return _server("Redis", find_redis)
 
 
 @pytest.fixture(scope="session")
 def redis_cluster_url() -> str:
-    from servers import find_redis_cluster
+    from agentsessions_testservers import find_redis_cluster
 
     return _server("Redis Cluster", find_redis_cluster)
 
 
 @pytest.fixture(scope="session")
 def mongo_url() -> str:
-    from servers import find_mongo
+    from agentsessions_testservers import find_mongo
 
     return _server("MongoDB", find_mongo)

@@ -1,7 +1,8 @@
 """Which stores to measure: every engine whose backend is installed and server reachable.
 
-Servers come from the project's ``tests/servers`` tooling (an ``AGENTSESSIONS_*_URL``
-variable, else a private server on loopback). Everything a run writes is isolated: a
+Servers come from the project's test-server tooling (``agentsessions_testservers``, in
+tools/testservers: an ``AGENTSESSIONS_*_URL`` variable, else a private server on
+loopback). Everything a run writes is isolated: a
 fresh PostgreSQL database and MongoDB database per run (dropped at the end), random
 Redis key prefixes and namespaces, SQLite files in a temporary directory.
 """
@@ -77,13 +78,9 @@ def _backend_ready(engine: str) -> str | None:
 
 
 def _find_server(kind: str) -> str:
-    tests = Path(__file__).resolve().parents[2] / "tests"
-    if tests.is_dir() and str(tests) not in sys.path:
-        sys.path.insert(0, str(tests))
-    import servers  # type: ignore[import-not-found,unused-ignore]
+    from agentsessions_testservers import find
 
-    url: str = servers.find(kind)
-    return url
+    return find(kind)
 
 
 def _with_database(url: str, database: str) -> str:

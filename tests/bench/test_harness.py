@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from pathlib import Path
 
+import agentsessions_bench as bench
 import pytest
-from agentsessions._cli import main as cli_main
-
-bench = pytest.importorskip("agentsessions_bench")
-from agentsessions_bench._floors import MemoryFloor  # noqa: E402
-from agentsessions_bench._ours import OurStore  # noqa: E402
-from agentsessions_bench._report import evaluate_targets, render_markdown  # noqa: E402
+from agentsessions_bench._floors import MemoryFloor
+from agentsessions_bench._ours import OurStore
+from agentsessions_bench._report import evaluate_targets, render_markdown
 
 TINY = bench.Config(
     sizes=(0, 7, 30),
@@ -105,17 +102,6 @@ async def test_report_marks_targets_and_renders_every_store() -> None:
     assert "| agentsessions | **ours** |" in markdown
     assert "| raw dict | floor |" in markdown
     assert "### Targets" in markdown
-
-
-def test_cli_bench_runs_one_url(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    out = tmp_path / "r.json"
-    code = cli_main(
-        ["bench", "memory://", "--sizes", "0,5", "--rounds", "1", "--ops", "1", "--json", str(out)]
-    )
-    assert code == 0
-    assert "| agentsessions | **ours** |" in capsys.readouterr().out
-    stores = json.loads(out.read_text())["stores"]
-    assert [s["name"] for s in stores] == ["agentsessions", "raw dict"]
 
 
 async def test_the_instrumentation_case_times_both_arms_and_renders() -> None:

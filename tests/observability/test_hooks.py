@@ -72,6 +72,8 @@ async def test_a_plugin_sees_every_operation_with_what_it_did() -> None:
         await manager.delete("s")
         await manager.delete_user("ada")
         await manager.purge_expired()
+        copy = session.model_copy(update={"session_id": "copy"})
+        await manager.restore(copy)
     names = [op.name for op in recorder.finished]
     assert recorder.started == [
         "open",
@@ -85,6 +87,7 @@ async def test_a_plugin_sees_every_operation_with_what_it_did() -> None:
         "delete",
         "delete_user",
         "purge_expired",
+        "restore",
     ]
     assert sorted(names) == sorted(recorder.started)
     by_name = {op.name: op for op in recorder.finished if op.parent is None}
@@ -98,6 +101,8 @@ async def test_a_plugin_sees_every_operation_with_what_it_did() -> None:
     assert by_name["update"].events_written == 1
     assert by_name["delete"].sessions == 1
     assert by_name["delete_user"].sessions == 0
+    assert (by_name["restore"].session_id, by_name["restore"].user_id) == ("copy", "ada")
+    assert (by_name["restore"].events_written, by_name["restore"].version) == (1, 2)
     assert all(op.duration is not None and op.duration >= 0 for op in recorder.finished)
     nested = [op for op in recorder.finished if op.parent is not None]
     assert {op.parent.name for op in nested if op.parent} == {"update"}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from agentsessions import SessionManager
-from agentsessions.demo import DemoAgent, SentNote, recall, second_person
+from agentsessions._cli._demo import DemoAgent, SentNote, recall, second_person
 from agentsessions.runtime import ExecutionContext
 
 

@@ -73,9 +73,11 @@ async def sqlite_inventory(manager: SessionManager, session_id: str) -> Inventor
 
 async def url_mode_inventory(manager: SessionManager, session_id: str) -> Inventory | None:
     """The inventory URL mode can take without adopter code: memory and SQLite; else None."""
-    kind = f"{type(manager).__module__}.{type(manager).__qualname__}"
-    if kind.startswith("agentsessions._memory."):
+    from agentsessions import MemorySessionManager
+
+    if isinstance(manager, MemorySessionManager):
         return memory_inventory(manager, session_id)
-    if kind.startswith("agentsessions_sqlite."):
+    # By module name: importing the SQLite backend here must not be needed to run the kit.
+    if any(kind.__module__.startswith("agentsessions_sqlite") for kind in type(manager).__mro__):
         return await sqlite_inventory(manager, session_id)
     return None

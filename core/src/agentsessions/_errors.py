@@ -104,7 +104,15 @@ class SessionSerializationError(SessionError, ValueError):
         self.problem = problem
 
 
-class SessionTooLargeError(SessionSerializationError):
+class PartialSessionError(SessionError):
+    """A session loaded with ``last_events`` was edited in a way it cannot save."""
+
+
+class InvalidInputError(SessionError, ValueError):
+    """Input rejected before any I/O."""
+
+
+class SessionTooLargeError(SessionSerializationError, InvalidInputError):
     """An encoded event or state is larger than the backend stores; nothing was written.
 
     The message states the size and the limit, never the value itself.
@@ -116,14 +124,6 @@ class SessionTooLargeError(SessionSerializationError):
         )
         self.size = size
         self.limit = limit
-
-
-class PartialSessionError(SessionError):
-    """A session loaded with ``last_events`` was edited in a way it cannot save."""
-
-
-class InvalidInputError(SessionError, ValueError):
-    """Input rejected before any I/O."""
 
 
 class InvalidSessionIdError(InvalidInputError):

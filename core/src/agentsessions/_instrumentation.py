@@ -60,6 +60,7 @@ __all__ = [
 OPERATIONS = (
     "open",
     "create",
+    "restore",
     "get",
     "save",
     "update",
@@ -167,6 +168,14 @@ def _start_save(op: Operation, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
     op.user_id = _str(getattr(session, "user_id", None))
 
 
+def _start_restore(op: Operation, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    _start_save(op, args, kwargs)
+    session = args[0] if args else kwargs.get("session")
+    events = getattr(session, "events", None)
+    if isinstance(events, list):
+        op.events_written = len(events)
+
+
 def _start_user(op: Operation, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
     op.user_id = _str(args[0] if args else kwargs.get("user_id"))
 
@@ -205,6 +214,7 @@ _End = Callable[[Operation, Any], None]
 _DESCRIBE: dict[str, tuple[_Start, _End]] = {
     "open": (_start_nothing, _end_nothing),
     "create": (_start_create, _end_session),
+    "restore": (_start_restore, _end_session),
     "get": (_start_read, _end_session),
     "save": (_start_save, _end_nothing),
     "update": (_start_read, _end_session),

@@ -14,7 +14,8 @@ import random
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
-from datetime import datetime, timedelta
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta, timezone
 from types import TracebackType
 from typing import Annotated, Any, ClassVar, TypeVar
 
@@ -58,9 +59,11 @@ __all__ = [
     "MAX_TTL",
     "ManagerOptions",
     "PoolSize",
+    "Restorable",
     "SessionManager",
     "Timeout",
     "backoff",
+    "check_restorable",
     "validate_id",
 ]
 
@@ -313,6 +316,39 @@ class SessionManager(abc.ABC):
         mark_loaded(session)
         return session
 
+    async def restore(self, session: Session) -> Session:
+        """Store *session* exactly as it is: how a session moves from one store to another.
+
+        One atomic write of the whole session: its id, owner, state, ``created_at``,
+        ``updated_at`` and ``version``, and its events with their ids, timestamps and
+        order. Never overwrites: if a live session has the id, `SessionExistsError` is
+        raised and nothing is written (an expired one is replaced, as by `create`).
+
+        ``version`` is kept, so a copy that was saved 7 times reads back at version 7 and
+        the next save makes it 8 (it must be at least 1, the version of any stored
+        session). ``expires_at`` is not part of a session: it is this manager's ``ttl``
+        counted from now, as for any write, so a restored session never arrives
+        expired; without a ``ttl`` it never expires. Returns the stored copy, ready to
+        be saved.
+        """
+        checked = check_restorable(session)
+        self._check_event_sizes(checked.events, 0)
+        await self._ready()
+        now = self.clock.now()
+        record = replace(checked.record, expires_at=self._expiry(now))
+        await self._restore(record, checked.events, now)
+        restored = Session.model_construct(
+            session_id=record.session_id,
+            user_id=record.user_id,
+            events=list(session.events),
+            state=_json.loads(record.state),
+            created_at=record.created_at,
+            updated_at=record.updated_at,
+            version=record.version,
+        )
+        mark_loaded(restored)
+        return restored
+
     async def get(
         self, session_id: str, *, user_id: str | None = None, last_events: int | None = None
     ) -> Session | None:
@@ -394,7 +430,11 @@ class SessionManager(abc.ABC):
                 "events were replaced); load it without last_events to rewrite its history"
             )
         keep = loaded.offset + keep_in_window
-        new_events = self._encode_new_events(loaded, events, keep_in_window, keep)
+        # Ids are checked against the loaded events (a partial load sees only its
+        # window); the set is kept on the load so repeated appends stay O(new events).
+        known = loaded.ids_of_prefix(keep_in_window)
+        new_events = _encode_events(events, keep_in_window, keep, known)
+        self._check_event_sizes(new_events, keep_in_window)
         now = self.clock.now()
         new_version = loaded.version + 1
         record = SessionRecord(
@@ -478,29 +518,11 @@ class SessionManager(abc.ABC):
             owner=weakref.ref(session),
         )
 
-    def _encode_new_events(
-        self, loaded: LoadedState, events: list[Event], start: int, keep: int
-    ) -> list[EventRecord]:
-        # Ids are checked against the loaded events (a partial load sees only its
-        # window); the set is kept on the load so repeated appends stay O(new events).
-        known = loaded.ids_of_prefix(start)
+    def _check_event_sizes(self, events: list[EventRecord], first_index: int) -> None:
+        """`SessionTooLargeError` for an encoded event larger than this backend stores."""
         limit = self.capabilities.max_event_bytes
-        added: set[str] = set()
-        encoded = []
-        for index in range(start, len(events)):
-            event = events[index]
-            if not isinstance(event, Event):
-                raise InvalidInputError(
-                    f"events[{index}] is a {type(event).__name__}, not an Event"
-                )
-            if type(event.id) is str and (event.id in known or event.id in added):
-                raise InvalidInputError(f"events[{index}]: duplicate event id {event.id!r}")
-            path = f"events[{index}]"
-            record = encode_event(event, keep + index - start, path)
-            check_size(record.data, limit, path)
-            added.add(event.id)
-            encoded.append(record)
-        return encoded
+        for offset, record in enumerate(events):
+            check_size(record.data, limit, f"events[{first_index + offset}]")
 
     async def update(
         self,
@@ -660,6 +682,30 @@ class SessionManager(abc.ABC):
         """
 
     @abc.abstractmethod
+    async def _restore(
+        self, record: SessionRecord, events: list[EventRecord], now: datetime
+    ) -> None:
+        """Insert a whole session, record and events, as one atomic write.
+
+        Args:
+            record: the session exactly as it is to be stored: its own ``version``,
+                ``created_at``, ``updated_at`` and ``event_count`` (== ``len(events)``),
+                ``state`` as JSON text, ``expires_at`` computed from the ``ttl`` option.
+            events: the events at positions 0..n-1, already checked and encoded.
+            now: the clock reading of this call; an expired stored session with the
+                same id counts as absent and is replaced (with its events removed).
+
+        Readers see the whole session or nothing, and a failure or a crash at any point
+        leaves nothing a reader can see. Of several concurrent restores or creates of
+        one id, exactly one succeeds.
+
+        Raises:
+            SessionExistsError: a live session with ``record.session_id`` is stored;
+                it is left untouched and nothing is written.
+            BackendUnavailableError: the engine failed; nothing was written.
+        """
+
+    @abc.abstractmethod
     async def _load(
         self, session_id: str, last_events: int | None, now: datetime
     ) -> LoadedSession | None:
@@ -789,6 +835,84 @@ class SessionManager(abc.ABC):
             BackendUnavailableError: the engine failed.
         """
         return 0
+
+
+@dataclass(frozen=True, slots=True)
+class Restorable:
+    """A session checked and encoded for `SessionManager.restore` (``expires_at`` unset)."""
+
+    record: SessionRecord
+    events: list[EventRecord]
+
+
+def check_restorable(session: object) -> Restorable:
+    """Everything `SessionManager.restore` checks before any I/O; raises what it would.
+
+    For callers that must know a whole batch is valid before writing any of it.
+    """
+    if not isinstance(session, Session):
+        raise InvalidInputError(f"restore() takes a Session, not {type(session).__name__}")
+    session_id = validate_id(session.session_id)
+    user_id = _optional_id(session.user_id, "user_id")
+    if session.is_partial:
+        raise PartialSessionError(
+            f"session {session_id!r} was loaded with last_events: it holds only its "
+            "newest events; load it whole to restore it"
+        )
+    state = session.state
+    if type(state) is not dict:
+        raise InvalidInputError(f"state must be a dict, not {type(state).__name__}")
+    _json.check_json(state, "state")
+    version = session.version
+    if type(version) is not int or version < 1:
+        raise InvalidInputError(
+            f"session {session_id!r}: version must be an int >= 1 (the version of a "
+            f"stored session), not {version!r}"
+        )
+    created_at = _aware("created_at", session.created_at)
+    updated_at = _aware("updated_at", session.updated_at)
+    events = list(session.events)
+    encoded = _encode_events(events, 0, 0, set())
+    return Restorable(
+        SessionRecord(
+            session_id=session_id,
+            user_id=user_id,
+            state=_json.dumps(state),
+            version=version,
+            created_at=created_at,
+            updated_at=updated_at,
+            expires_at=None,
+            event_count=len(encoded),
+        ),
+        encoded,
+    )
+
+
+def _encode_events(
+    events: list[Event], start: int, keep: int, known: set[str]
+) -> list[EventRecord]:
+    """Check and encode ``events[start:]``, stored from position *keep* on.
+
+    *known* holds the ids of the events kept before them; it is not modified.
+    """
+    added: set[str] = set()
+    encoded = []
+    for index in range(start, len(events)):
+        event = events[index]
+        if not isinstance(event, Event):
+            raise InvalidInputError(f"events[{index}] is a {type(event).__name__}, not an Event")
+        # An unvalidated id may be unhashable; encode_event names what is wrong with it.
+        if type(event.id) is str and (event.id in known or event.id in added):
+            raise InvalidInputError(f"events[{index}]: duplicate event id {event.id!r}")
+        added.add(event.id)
+        encoded.append(encode_event(event, keep + index - start, f"events[{index}]"))
+    return encoded
+
+
+def _aware(what: str, value: object) -> datetime:
+    if not isinstance(value, datetime) or value.tzinfo is None:
+        raise InvalidInputError(f"{what} must be a timezone-aware datetime, not {value!r}")
+    return value.astimezone(timezone.utc) if value.utcoffset() else value
 
 
 async def backoff(attempt: int) -> None:

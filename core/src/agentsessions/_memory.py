@@ -14,7 +14,14 @@ from datetime import datetime
 from ._errors import SessionConflictError, SessionExistsError, SessionNotFoundError
 from ._manager import ManagerOptions, SessionManager
 from ._models import SessionSummary
-from ._records import Capabilities, LoadedSession, SaveRequest, SessionRecord, decode_events
+from ._records import (
+    Capabilities,
+    EventRecord,
+    LoadedSession,
+    SaveRequest,
+    SessionRecord,
+    decode_events,
+)
 from ._urls import parse_server_url
 
 __all__ = ["MemorySessionManager"]
@@ -78,6 +85,15 @@ class MemorySessionManager(SessionManager):
             if _live(space.get(record.session_id), now) is not None:
                 raise SessionExistsError(record.session_id)
             space[record.session_id] = _Stored(record, [])
+
+    async def _restore(
+        self, record: SessionRecord, events: list[EventRecord], now: datetime
+    ) -> None:
+        with self._store.lock:
+            space = self._space
+            if _live(space.get(record.session_id), now) is not None:
+                raise SessionExistsError(record.session_id)
+            space[record.session_id] = _Stored(record, [event.data for event in events])
 
     async def _load(
         self, session_id: str, last_events: int | None, now: datetime

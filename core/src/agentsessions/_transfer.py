@@ -1,91 +1,120 @@
 """Moving whole sessions between stores: export, import and resumable copy.
 
-A session is written to its destination with `SessionManager.create` (never
-overwrites) and then one `save` of its events. If a run stops between the two, the
-destination holds a session at version 1 with the source's state and none of its
-events: `transfer_session` recognises exactly that leftover and completes it on the
-next run, so an interrupted copy is resumed rather than duplicated or skipped. A
-failure or cancellation the process survives removes the half-written copy at once.
+A session is written to its destination with `SessionManager.restore`: one atomic
+write of the record (owner, state, timestamps, version) and every event, never over
+an existing session. An interrupted copy therefore leaves each session either whole
+or absent, and running it again writes exactly the ones still missing.
 """
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 import enum
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Iterable
+from typing import Any, TypeVar, cast
 
 from ._errors import SessionExistsError
 from ._manager import SessionManager
 from ._models import Session
 
-__all__ = ["Outcome", "iter_sessions", "same_content", "transfer_session"]
+__all__ = [
+    "PRESERVED_FIELDS",
+    "Outcome",
+    "differences",
+    "iter_batches",
+    "iter_sessions",
+    "transfer_many",
+    "transfer_session",
+]
+
+#: Every field of a session that a transfer keeps exactly, and verification compares.
+PRESERVED_FIELDS = (
+    "session_id",
+    "user_id",
+    "state",
+    "events",
+    "created_at",
+    "updated_at",
+    "version",
+)
+
+
+T = TypeVar("T")
+
+_ATTEMPTS = 4
 
 
 class Outcome(enum.Enum):
     """What `transfer_session` did with one session."""
 
     CREATED = "created"
-    COMPLETED = "completed"  # a leftover of an interrupted transfer, finished now
     SKIPPED = "skipped"  # already there, identical
     DIFFERS = "differs"  # already there with other content: left untouched
 
 
-async def iter_sessions(
+async def iter_batches(
     manager: SessionManager, *, user_id: str | None = None, page_size: int = 100
-) -> AsyncIterator[Session]:
-    """Every session (newest first), one at a time: memory stays flat however large the store."""
+) -> AsyncIterator[list[Session]]:
+    """Every session, one listing page at a time (newest first), each page read
+    concurrently: memory stays flat however large the store, and a slow server costs
+    one round trip per page rather than per session."""
     cursor: str | None = None
     while True:
         page = await manager.list_sessions(user_id=user_id, limit=page_size, cursor=cursor)
-        for summary in page.items:
-            session = await manager.get(summary.session_id)
-            if session is not None:  # deleted or expired since the listing
-                yield session
+        loaded = await _all(manager.get(item.session_id) for item in page.items)
+        # None: deleted or expired since the listing.
+        yield [session for session in loaded if session is not None]
         if page.next_cursor is None:
             return
         cursor = page.next_cursor
 
 
-def same_content(a: Session, b: Session) -> bool:
-    """Same id, owner, state and events: what a copy must preserve."""
-    return (
-        a.session_id == b.session_id
-        and a.user_id == b.user_id
-        and a.state == b.state
-        and a.events == b.events
-    )
+async def iter_sessions(
+    manager: SessionManager, *, user_id: str | None = None, page_size: int = 100
+) -> AsyncIterator[Session]:
+    """Every session (newest first), one at a time."""
+    async for batch in iter_batches(manager, user_id=user_id, page_size=page_size):
+        for session in batch:
+            yield session
+
+
+def _comparable(session: Session, name: str) -> Any:
+    value = getattr(session, name)
+    if name == "events":
+        return [event.model_dump() for event in value]
+    return value
+
+
+def differences(a: Session, b: Session) -> list[str]:
+    """The names of the preserved fields in which *a* and *b* differ (empty: identical)."""
+    return [name for name in PRESERVED_FIELDS if _comparable(a, name) != _comparable(b, name)]
 
 
 async def transfer_session(destination: SessionManager, source: Session) -> Outcome:
-    """Write *source* into *destination* unless it is there already."""
-    existing = await destination.get(source.session_id)
-    if existing is None:
+    """Write *source* into *destination* exactly, unless a session has its id there."""
+    for _ in range(_ATTEMPTS):
         try:
-            created = await destination.create(
-                source.session_id, source.user_id, state=source.state
-            )
+            await destination.restore(source)
         except SessionExistsError:
-            return await transfer_session(destination, source)
-        if source.events:
-            created.events.extend(source.events)
-            try:
-                await destination.save(created)
-            except BaseException:
-                # Interrupted or failed between the two writes: take back the empty
-                # session we created (a hard kill leaves it for the next run to complete).
-                with contextlib.suppress(Exception):
-                    await destination.delete(source.session_id)
-                raise
+            existing = await destination.get(source.session_id)
+            if existing is None:
+                continue  # deleted or expired since: absent now, so write it after all
+            return Outcome.DIFFERS if differences(existing, source) else Outcome.SKIPPED
         return Outcome.CREATED
-    if same_content(existing, source):
-        return Outcome.SKIPPED
-    if (
-        existing.version == 1
-        and not existing.events
-        and existing.user_id == source.user_id
-        and existing.state == source.state
-    ):
-        existing.events.extend(source.events)
-        await destination.save(existing)
-        return Outcome.COMPLETED
-    return Outcome.DIFFERS
+    await destination.restore(source)  # the id keeps coming and going: let its error show
+    return Outcome.CREATED
+
+
+async def transfer_many(destination: SessionManager, sessions: list[Session]) -> list[Outcome]:
+    """`transfer_session` for each of *sessions*, concurrently; outcomes in order."""
+    return await _all(transfer_session(destination, s) for s in sessions)
+
+
+async def _all(calls: Iterable[Awaitable[T]]) -> list[T]:
+    """Await every call concurrently; if any failed, raise the first failure once all
+    have finished, so that none is still writing (or failing unseen) afterwards."""
+    results = await asyncio.gather(*calls, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return cast("list[T]", results)

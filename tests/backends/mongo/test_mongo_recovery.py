@@ -11,8 +11,8 @@ import asyncio
 from collections.abc import Iterator
 from typing import Any
 
+import agentsessions_testservers as servers
 import pytest
-import servers
 from agentsessions import BackendUnavailableError, connect
 from agentsessions_mongo import MongoSessionManager
 from pymongo import AsyncMongoClient

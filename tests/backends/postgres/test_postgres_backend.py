@@ -27,7 +27,7 @@ from agentsessions import (
 from agentsessions_postgres import PostgresOptions, PostgresSessionManager
 from agentsessions_postgres import _manager as manager_module
 from agentsessions_postgres._schema import LATEST_VERSION, quote_ident
-from servers import free_port
+from agentsessions_testservers import free_port
 
 pytestmark = pytest.mark.postgres
 

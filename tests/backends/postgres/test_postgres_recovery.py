@@ -9,8 +9,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 
+import agentsessions_testservers as servers
 import pytest
-import servers
 from agentsessions import BackendUnavailableError, connect
 from agentsessions_postgres import PostgresSessionManager
 

@@ -10,9 +10,9 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
+import agentsessions_testservers as servers
 import pytest
 import pytest_asyncio
-import servers
 from agentsessions import (
     BackendUnavailableError,
     InvalidOptionError,

@@ -52,6 +52,7 @@ from agentsessions import (
 )
 from agentsessions.backend import (
     Capabilities,
+    EventRecord,
     LoadedSession,
     ManagerOptions,
     SaveRequest,
@@ -104,6 +105,8 @@ _LOAD_ATTEMPTS = 16
 _SAVE_ATTEMPTS = 4
 _INFO_CACHE_SIZE = 4096
 _BATCH = 500
+#: The expiry of a session document being restored: long past, so no reader sees it.
+_PENDING = datetime(1970, 1, 1, tzinfo=timezone.utc)
 #: Server error codes meaning "the credentials are wrong": the server is unusable to us.
 _AUTH_CODES = frozenset({13, 18})
 #: pymongo's URI options, lower-cased: MongoDB treats option names case-insensitively.
@@ -273,38 +276,99 @@ class MongoSessionManager(SessionManager):
         if record.user_id is not None:
             validate_id(record.user_id, "user_id")
         incarnation, gen = ObjectId(), ObjectId()
-        doc = session_doc(record, incarnation, gen)
         with self._driver_errors():
-            while True:
-                try:
-                    await self._sessions.insert_one(dict(doc))
-                    break
-                except DuplicateKeyError:
-                    pass
-                old = await self._sessions.find_one(
-                    {"_id": session_id}, {"incarnation": 1, "expires_at": 1}
-                )
-                if old is None:
-                    continue  # deleted since our insert failed: try again
-                if not is_expired(old, now):
-                    raise SessionExistsError(session_id) from None
-                replaced = await self._sessions.replace_one(
-                    {
-                        "_id": session_id,
-                        "incarnation": old["incarnation"],
-                        "expires_at": {"$lte": now},
-                    },
-                    doc,
-                )
-                if replaced.matched_count:
-                    # The expired incarnation can never be written again: its events go.
-                    await self._quietly(
-                        self._events.delete_many(
-                            {"session": session_id, "incarnation": old["incarnation"]}
-                        )
-                    )
-                    break
+            await self._insert_session(session_doc(record, incarnation, gen), now)
         self._remember(session_id, SessionInfo(1, incarnation, ((0, gen),), 0))
+
+    async def _insert_session(self, doc: Doc, now: datetime) -> None:
+        """Insert a new session document, replacing an expired one with its id.
+
+        `SessionExistsError` if a live session has the id.
+        """
+        session_id = doc["_id"]
+        while True:
+            try:
+                await self._sessions.insert_one(dict(doc))
+                return
+            except DuplicateKeyError:
+                pass
+            old = await self._sessions.find_one(
+                {"_id": session_id}, {"incarnation": 1, "expires_at": 1}
+            )
+            if old is None:
+                continue  # deleted since our insert failed: try again
+            if not is_expired(old, now):
+                raise SessionExistsError(session_id) from None
+            replaced = await self._sessions.replace_one(
+                {
+                    "_id": session_id,
+                    "incarnation": old["incarnation"],
+                    "expires_at": {"$lte": now},
+                },
+                doc,
+            )
+            if replaced.matched_count:
+                # The expired incarnation can never be written again: its events go.
+                await self._quietly(
+                    self._events.delete_many(
+                        {"session": session_id, "incarnation": old["incarnation"]}
+                    )
+                )
+                return
+
+    async def _restore(
+        self, record: SessionRecord, events: list[EventRecord], now: datetime
+    ) -> None:
+        """The session document first, expired (so invisible), then the events, then one
+        update that gives it its real expiry: the publish, atomic like a save's.
+
+        The document exists before any event is written, so cleanup that deletes the
+        events of vanished incarnations never takes ours. Whoever takes the id
+        meanwhile (a create replaces an expired document) wins, and this restore raises
+        `SessionExistsError`. A kill before the publish leaves an expired document for
+        the TTL monitor and events for `purge_expired`, never a visible session.
+        """
+        session_id = validate_id(record.session_id)
+        if record.user_id is not None:
+            validate_id(record.user_id, "user_id")
+        with self._driver_errors():
+            for _ in range(_SAVE_ATTEMPTS):
+                incarnation, gen = ObjectId(), ObjectId()
+                doc = session_doc(record, incarnation, gen)
+                info = SessionInfo(record.version, incarnation, ((0, gen),), record.event_count)
+                if not events:  # nothing to write before the publish: it is the insert
+                    await self._insert_session(doc, now)
+                    self._remember(session_id, info)
+                    return
+                doc["expires_at"] = _PENDING
+                await self._insert_session(doc, now)
+                mine = {"session": session_id, "incarnation": incarnation}
+                try:
+                    if not await self._insert(
+                        event_docs(session_id, info, gen, ObjectId(), new_event_pairs(events))
+                    ):
+                        raise AssertionError(f"generation {gen} of {session_id!r} had events")
+                    published = await self._sessions.update_one(
+                        {"_id": session_id, "incarnation": incarnation},
+                        {"$set": {"expires_at": expiry_date(record.expires_at)}},
+                    )
+                except BaseException:
+                    await self._quietly(
+                        self._sessions.delete_one({"_id": session_id, "incarnation": incarnation})
+                    )
+                    await self._quietly(self._events.delete_many(mine))
+                    raise
+                if published.matched_count:
+                    self._remember(session_id, info)
+                    return
+                await self._quietly(self._events.delete_many(mine))
+                current = await self._sessions.find_one({"_id": session_id}, {"expires_at": 1})
+                if current is not None and not is_expired(current, now):
+                    raise SessionExistsError(session_id)
+                # Deleted or purged while pending (it looked expired): write it again.
+        raise self._unavailable(
+            RuntimeError(f"session {session_id!r} kept vanishing while being restored")
+        )
 
     async def _load(
         self, session_id: str, last_events: int | None, now: datetime

@@ -24,6 +24,7 @@ from agentsessions import (
 )
 from agentsessions.backend import (
     Capabilities,
+    EventRecord,
     LoadedSession,
     ManagerOptions,
     SaveRequest,
@@ -262,6 +263,37 @@ class PostgresSessionManager(SessionManager):
                     if await connection.fetchval(sql.session_exists, self._ns, record.session_id):
                         raise SessionExistsError(record.session_id)
                 # Deleted between our two statements: try the insert again.
+
+    async def _restore(
+        self, record: SessionRecord, events: list[EventRecord], now: datetime
+    ) -> None:
+        sql = self._sql
+        session_id = record.session_id
+        async with self._connection() as connection, connection.transaction():
+            # An insert, or the replacement of an expired session; a live one makes the
+            # upsert's WHERE false and returns no row. The row lock it takes keeps the
+            # session invisible to others until the events are in too.
+            replaced = await connection.fetchval(
+                sql.restore_session,
+                self._ns,
+                session_id,
+                record.user_id,
+                record.state,
+                record.version,
+                record.event_count,
+                record.created_at,
+                record.updated_at,
+                record.expires_at,
+                now,
+            )
+            if replaced is None:
+                raise SessionExistsError(session_id)
+            if replaced:
+                await connection.execute(sql.delete_events, self._ns, session_id)
+            if events:
+                await connection.execute(
+                    sql.restore_events, self._ns, session_id, [event.data for event in events]
+                )
 
     async def _load(
         self, session_id: str, last_events: int | None, now: datetime

@@ -155,6 +155,27 @@ class Statements:
         "DELETE FROM {s}.agentsessions_events WHERE namespace = $1 AND session_id = $2"
     )
 
+    # -- restore: the record exactly as given, then its events, in one transaction --
+    # $1 ns, $2 id, $3 user, $4 state, $5 version, $6 event count, $7 created,
+    # $8 updated, $9 expires, $10 now
+    restore_session: str = """
+        INSERT INTO {s}.agentsessions_sessions (namespace, session_id, user_id, state,
+            version, event_count, created_at, updated_at, expires_at)
+        VALUES ($1, $2, $3, $4::json, $5, $6, $7, $8, $9)
+        ON CONFLICT (namespace, session_id) DO UPDATE SET
+            user_id = excluded.user_id, state = excluded.state, version = excluded.version,
+            event_count = excluded.event_count, created_at = excluded.created_at,
+            updated_at = excluded.updated_at, expires_at = excluded.expires_at
+        WHERE {s}.agentsessions_sessions.expires_at <= $10
+        RETURNING (xmax::text <> '0') AS replaced
+    """
+    # $1 ns, $2 id, $3 event texts (positions 0..n-1)
+    restore_events: str = """
+        INSERT INTO {s}.agentsessions_events (namespace, session_id, position, data)
+        SELECT $1, $2, u.ord - 1, u.data::json
+        FROM unnest($3::text[]) WITH ORDINALITY AS u(data, ord)
+    """
+
     # -- load: one statement, so the record and its events come from one snapshot --
     # $1 ns, $2 id, $3 now [, $4 last_events]
     load_record: str = """

@@ -27,6 +27,7 @@ from agentsessions import (
 )
 from agentsessions.backend import (
     Capabilities,
+    EventRecord,
     LoadedSession,
     ManagerOptions,
     PoolSize,
@@ -231,6 +232,17 @@ class RedisSessionManager(SessionManager):
     # -- one session --------------------------------------------------------------------
 
     async def _create(self, record: SessionRecord, now: datetime) -> None:
+        await self._insert(record, [], now)
+
+    async def _restore(
+        self, record: SessionRecord, events: list[EventRecord], now: datetime
+    ) -> None:
+        await self._insert(record, events, now)
+
+    async def _insert(
+        self, record: SessionRecord, events: list[EventRecord], now: datetime
+    ) -> None:
+        """The one script that writes a new session: empty (create) or whole (restore)."""
         session_id, user_id = record.session_id, record.user_id
         keys = self.keys.session(session_id)
         created = to_micros(record.created_at)
@@ -248,7 +260,11 @@ class RedisSessionManager(SessionManager):
             "" if expires is None else _pexpireat(expires),
             member,
             user_index,
+            record.version,
+            to_micros(record.updated_at),
+            record.event_count,
         ]
+        args.extend(event.data for event in events)
         if not self.cluster:
             index_keys = [self.keys.index] + ([user_index] if user_index else [])
             script_keys = [keys.hash, keys.events, *index_keys]
@@ -336,9 +352,10 @@ class RedisSessionManager(SessionManager):
         if self.cluster and verdict in (0, 1):
             owner = result[1]
             created = int(result[2])
-            await self._apply_fixes(
-                [_Fix(e, None) for e in self._entries_of(session_id.encode(), owner, created)]
-            )
+            # One at a time: delete_user and purge run up to _FANOUT of these at once, and
+            # nesting a fan-out in each exhausted a cluster node's connection pool.
+            for entry in self._entries_of(session_id.encode(), owner, created):
+                await self._apply_fixes([_Fix(entry, None)])
         return verdict
 
     def _entries_of(self, session_id: bytes, user_id: bytes | None, score: int) -> list[_Entry]:

@@ -37,7 +37,8 @@ return {rec, events}
 
 # KEYS: hash, events [, global index [, user index]] (indexes: standalone only).
 # ARGV: now, token, id, user ('' = none), state, created, expires (''), pexpireat (''),
-#       global index member, user index key.
+#       global index member, user index key, version, updated, event count, event texts...
+# A create passes version 1, updated = created and no events; a restore the session's own.
 # Returns {1} when created, {0, created_at of the live session} when the id is taken.
 CREATE = """
 local cur = redis.call('HMGET', KEYS[1], 't', 'x', 'c', 'u', 'uk')
@@ -50,8 +51,8 @@ if cur[1] then
     if cur[5] then redis.call('ZREM', cur[5], ARGV[3]) end
   end
 end
-local fields = {'id', ARGV[3], 's', ARGV[5], 'v', '1', 'c', ARGV[6], 'm', ARGV[6],
-                'n', '0', 't', ARGV[2]}
+local fields = {'id', ARGV[3], 's', ARGV[5], 'v', ARGV[11], 'c', ARGV[6], 'm', ARGV[12],
+                'n', ARGV[13], 't', ARGV[2]}
 if ARGV[4] ~= '' then
   fields[#fields + 1] = 'u'; fields[#fields + 1] = ARGV[4]
   fields[#fields + 1] = 'uk'; fields[#fields + 1] = ARGV[10]
@@ -59,8 +60,18 @@ end
 if ARGV[7] ~= '' then
   fields[#fields + 1] = 'x'; fields[#fields + 1] = ARGV[7]
 end
+local first, last = 14, #ARGV
+while first <= last do
+  -- unpack() is bounded by the Lua C stack: push in slices.
+  local stop = math.min(first + 999, last)
+  redis.call('RPUSH', KEYS[2], unpack(ARGV, first, stop))
+  first = stop + 1
+end
 redis.call('HSET', KEYS[1], unpack(fields))
-if ARGV[8] ~= '' then redis.call('PEXPIREAT', KEYS[1], ARGV[8]) end
+if ARGV[8] ~= '' then
+  redis.call('PEXPIREAT', KEYS[1], ARGV[8])
+  if last >= 14 then redis.call('PEXPIREAT', KEYS[2], ARGV[8]) end
+end
 if KEYS[3] then
   redis.call('ZADD', KEYS[3], ARGV[6], ARGV[9])
   if KEYS[4] then redis.call('ZADD', KEYS[4], ARGV[6], ARGV[3]) end

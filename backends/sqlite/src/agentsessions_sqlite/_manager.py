@@ -24,6 +24,7 @@ from agentsessions import (
 )
 from agentsessions.backend import (
     Capabilities,
+    EventRecord,
     LoadedSession,
     ManagerOptions,
     SaveRequest,
@@ -218,6 +219,24 @@ def _create(conn: sqlite3.Connection, namespace: str, record: SessionRecord, now
     # Either a fresh id (no events to delete: one index probe) or an expired session
     # being replaced, whose old events must go in the same transaction.
     conn.execute(_DELETE_EVENTS, (namespace, record.session_id))
+    return True
+
+
+def _restore(
+    conn: sqlite3.Connection,
+    namespace: str,
+    record: SessionRecord,
+    events: list[EventRecord],
+    now: int,
+) -> bool:
+    # One transaction: the record as given, then its events; a failure rolls back both.
+    if not _create(conn, namespace, record, now):
+        return False
+    if events:
+        conn.executemany(
+            _INSERT_EVENT,
+            [(namespace, record.session_id, event.position, event.data) for event in events],
+        )
     return True
 
 
@@ -428,6 +447,19 @@ class SQLiteSessionManager(SessionManager):
         except sqlite3.Error as exc:
             raise self._failure(exc) from exc
         if not created:
+            raise SessionExistsError(record.session_id)
+
+    async def _restore(
+        self, record: SessionRecord, events: list[EventRecord], now: datetime
+    ) -> None:
+        writer, _ = self._links()
+        try:
+            restored = await writer.write(
+                _restore, self.options.namespace, record, events, to_micros(now)
+            )
+        except sqlite3.Error as exc:
+            raise self._failure(exc) from exc
+        if not restored:
             raise SessionExistsError(record.session_id)
 
     async def _load(

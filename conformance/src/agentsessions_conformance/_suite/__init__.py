@@ -11,13 +11,16 @@ from ._base import SuiteBase
 from ._tests_concurrency import ConcurrencyTests
 from ._tests_create import CreateTests
 from ._tests_delete import DeleteTests
+from ._tests_erasure import ErasureTests
 from ._tests_fidelity import FidelityTests
 from ._tests_get import GetTests
+from ._tests_ids import IdTests
 from ._tests_input import InputTests
 from ._tests_isolation import IsolationTests
 from ._tests_lifecycle import LifecycleTests
 from ._tests_listing import ListingTests
 from ._tests_misuse import MisuseFuzzTests, MisuseTests
+from ._tests_restore import RestoreTests
 from ._tests_save import SaveTests
 from ._tests_ttl import TtlTests
 from ._tests_update import UpdateTests
@@ -30,12 +33,15 @@ class SessionManagerTests(
     LifecycleTests,
     MisuseTests,
     MisuseFuzzTests,
+    IdTests,
     InputTests,
     FidelityTests,
     TtlTests,
     IsolationTests,
     ConcurrencyTests,
+    RestoreTests,
     ListingTests,
+    ErasureTests,
     DeleteTests,
     UpdateTests,
     SaveTests,

@@ -107,3 +107,53 @@ class ConcurrencyTests(SuiteBase):
             f"w{i}" for i in range(CONTENDERS)
         )
         assert len({e.id for e in stored.events}) == CONTENDERS
+
+    async def test_reader_never_sees_half_a_save(self, manager: SessionManager) -> None:
+        """A reader racing saves (appends, truncations, rewrites, state changes) always sees
+        the events and state of one version, full or tail read, never half of a save."""
+        session_id = self.new_id()
+        writer = await manager.create(session_id, state={"contents": []})
+        reader = await self.variant(manager) if manager.capabilities.shared else manager
+        done = asyncio.Event()
+        problems: list[str] = []
+
+        async def write() -> None:
+            try:
+                for version in range(2, 26):
+                    kind = version % 4
+                    if kind == 0 and writer.events:
+                        del writer.events[len(writer.events) // 2 :]
+                    elif kind == 1 and writer.events:
+                        writer.events[:] = [
+                            event.model_copy(update={"content": f"{event.content}'"})
+                            for event in writer.events
+                        ]
+                    else:
+                        for i in range(3):
+                            writer.add_event("user", f"v{version}.{i}")
+                    writer.state = {"contents": [e.content for e in writer.events]}
+                    await manager.save(writer)
+                    await asyncio.sleep(0)
+            finally:
+                done.set()
+
+        async def read() -> int:
+            reads = 0
+            for _ in range(5_000):
+                for tail in (None, 2):
+                    seen = await reader.get(session_id, last_events=tail)
+                    assert seen is not None
+                    reads += 1
+                    contents = seen.state["contents"]
+                    expected = contents if tail is None else contents[-tail:]
+                    got = [e.content for e in seen.events]
+                    if got != expected:
+                        problems.append(f"v{seen.version}: events {got} with state {contents}")
+                if done.is_set():
+                    return reads
+                await asyncio.sleep(0)
+            return reads
+
+        _, *reads = await asyncio.gather(write(), read(), read())
+        assert not problems, f"a reader saw half a save: {problems[:3]}"
+        assert all(count > 0 for count in reads)

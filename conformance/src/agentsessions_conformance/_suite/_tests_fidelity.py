@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-from agentsessions import Event, SessionManager, SessionSerializationError
+from agentsessions import Event, InvalidInputError, SessionManager, SessionSerializationError
 from pydantic import BaseModel
 
 from ._base import SuiteBase, snapshot
@@ -280,3 +280,37 @@ class FidelityTests(SuiteBase):
         assert stored is not None
         assert stored.get_model("profile", _Profile) == profile
         assert stored.get_model("absent", _Profile) is None
+
+    async def test_event_size_limit_is_exact(self, manager: SessionManager) -> None:
+        """A backend declaring max_event_bytes stores an event of exactly that many encoded
+        bytes, and refuses a larger one with InvalidInputError, storing nothing of that save."""
+        limit = manager.capabilities.max_event_bytes
+        if limit is None:
+            pytest.skip("the backend declares no max_event_bytes (1 MiB round-trips elsewhere)")
+        if limit > 32 * 1024 * 1024:
+            pytest.skip(f"max_event_bytes={limit} is too large to exercise cheaply")
+        when = datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=timezone.utc)
+
+        def sized(event_id: str, size: int) -> Event:
+            blank = Event(id=event_id, author="user", content="", timestamp=when)
+            event = blank.model_copy(
+                update={"content": "x" * (size - len(blank.model_dump_json().encode()))}
+            )
+            assert len(event.model_dump_json().encode()) == size
+            return event
+
+        session = await self.session_with_events(manager, 1)
+        session.events.append(sized("at-limit", limit))
+        await manager.save(session)
+        stored = await self.readback(manager, session.session_id)
+        assert stored is not None and len(stored.events) == 2
+        assert stored.events[1] == session.events[1], "the event at the limit did not round-trip"
+        before = snapshot(stored)
+        session.add_event("user", "small, before the big one")
+        session.events.append(sized("over-limit", limit + 1))
+        session.state["touched"] = True
+        with pytest.raises(InvalidInputError) as info:
+            await manager.save(session)
+        assert isinstance(info.value, ValueError) and str(limit) in str(info.value)
+        assert snapshot(await self.readback(manager, session.session_id)) == before
+        await self.check_positions(manager, session.session_id, 2)

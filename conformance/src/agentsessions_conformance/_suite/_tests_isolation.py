@@ -91,3 +91,31 @@ class IsolationTests(SuiteBase):
         assert await manager.get(only_left) is None, (
             "the default namespace sees another one's session"
         )
+
+    async def test_ownership_holds_on_every_read_path(self, manager: SessionManager) -> None:
+        """Another user's session raises SessionOwnershipError on get (full and last_events
+        0, 1, more), get_or_create, update, session() and delete, in every namespace; the
+        owner reads it on each path and nothing changes."""
+        for space in await self.namespaced(manager):
+            alice, bob = self.new_user(), self.new_user()
+            session = await self.session_with_events(space, 3, user_id=alice)
+            sid = session.session_id
+            before = snapshot(await self.readback(space, sid))
+            for tail in (None, 0, 1, 50):
+                with pytest.raises(SessionOwnershipError):
+                    await space.get(sid, user_id=bob, last_events=tail)
+                owned = await space.get(sid, user_id=alice, last_events=tail)
+                assert owned is not None and owned.user_id == alice
+            with pytest.raises(SessionOwnershipError):
+                await space.get_or_create(sid, bob)
+            with pytest.raises(SessionOwnershipError):
+                await space.update(sid, lambda s: s.add_event("user", "bob"), user_id=bob)
+            with pytest.raises(SessionOwnershipError):
+                await space.update(sid, lambda s: None, user_id=bob, create=True)
+            with pytest.raises(SessionOwnershipError):
+                async with space.session(sid, user_id=bob) as hijacked:
+                    hijacked.add_event("user", "bob")
+            with pytest.raises(SessionOwnershipError):
+                await space.delete(sid, user_id=bob)
+            assert snapshot(await self.readback(space, sid)) == before
+            await self.check_positions(space, sid, 3)

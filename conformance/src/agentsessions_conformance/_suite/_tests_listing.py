@@ -142,3 +142,88 @@ class ListingTests(SuiteBase):
         with pytest.raises(InvalidInputError) as info:
             await manager.list_sessions(cursor=cursor)
         assert isinstance(info.value, ValueError)
+
+    async def test_list_ties_page_by_id(self, manager: SessionManager) -> None:
+        """Sessions created at one instant list by session_id descending, and paging at any
+        page size visits each exactly once, filtered by user or not."""
+        lister = await self.frozen(manager)
+        user = self.new_user()
+        tied = [self.new_id() for _ in range(9)]
+        for session_id in tied:
+            await lister.create(session_id, user)
+        self.clock.tick()
+        later = [self.new_id() for _ in range(2)]
+        for session_id in later:
+            await lister.create(session_id, user)
+        expected = sorted(later, reverse=True) + sorted(tied, reverse=True)
+        ours = set(expected)
+        for limit in (1, 2, 4, 100):
+            for who in (None, user):
+                listed = [
+                    item.session_id
+                    for item in await self.list_all(lister, user_id=who, limit=limit)
+                    if item.session_id in ours
+                ]
+                assert listed == expected, f"limit={limit}, user_id={who!r}"
+
+    async def test_list_user_filter_holds_on_every_page(self, manager: SessionManager) -> None:
+        """With other users' sessions interleaved at the same instants, every page of a
+        user-filtered listing holds only that user's sessions, and paging finds all of them."""
+        lister = await self.frozen(manager)
+        alice, bob = self.new_user(), self.new_user()
+        alices: list[str] = []
+        for round_ in range(12):
+            for who in (bob, alice, None, bob):
+                session = await lister.create(self.new_id(), who)
+                if who == alice:
+                    alices.append(session.session_id)
+            if round_ % 3 == 2:
+                self.clock.tick()
+        for limit in (1, 2, 5):
+            cursor = None
+            seen: list[str] = []
+            for _ in range(len(alices) + 2):
+                page = await lister.list_sessions(user_id=alice, limit=limit, cursor=cursor)
+                assert {item.user_id for item in page.items} <= {alice}, (
+                    f"a page of the user filter (limit={limit}) holds other users' sessions"
+                )
+                seen.extend(item.session_id for item in page.items)
+                cursor = page.next_cursor
+                if cursor is None:
+                    break
+            assert sorted(seen) == sorted(alices), f"limit={limit}"
+            assert len(seen) == len(set(seen))
+        everyone = [item.session_id for item in await self.list_all(lister, limit=7)]
+        assert set(alices) <= set(everyone)
+
+    async def test_list_many_pages_in_order(self, manager: SessionManager) -> None:
+        """Sixty sessions page out in (created_at, session_id) descending order, one per page."""
+        lister = await self.frozen(manager)
+        user = self.new_user()
+        created: list[tuple[object, str]] = []
+        for index in range(60):
+            session = await lister.create(self.new_id(), user)
+            created.append((session.created_at, session.session_id))
+            if index % 4 == 0:
+                self.clock.advance(0.001)
+        listed = await self.list_all(lister, user_id=user, limit=1)
+        assert [item.session_id for item in listed] == [
+            sid for _, sid in sorted(created, reverse=True)
+        ]
+
+    async def test_default_namespace_lists_only_its_own(self, manager: SessionManager) -> None:
+        """The default namespace never lists, counts or erases another namespace's sessions."""
+        self.require(manager, "namespaces")
+        default = manager
+        if manager.options.namespace:
+            default = await self.variant(manager, namespace="")
+        other = await self.variant(manager, namespace=self.new_namespace())
+        user = self.new_user()
+        session_id = self.new_id()
+        await other.create(session_id, user)
+        listed = {item.session_id for item in await self.list_all(default, limit=1000)}
+        assert session_id not in listed, "the default namespace lists another one's session"
+        assert await self.list_all(default, user_id=user) == []
+        assert await default.delete_user(user) == 0
+        assert await default.delete(session_id) is False
+        assert await other.get(session_id) is not None

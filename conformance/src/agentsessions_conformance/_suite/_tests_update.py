@@ -5,7 +5,13 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from agentsessions import Session, SessionManager, SessionNotFoundError, SessionOwnershipError
+from agentsessions import (
+    Session,
+    SessionConflictError,
+    SessionManager,
+    SessionNotFoundError,
+    SessionOwnershipError,
+)
 
 from ._base import SuiteBase, snapshot
 
@@ -128,3 +134,39 @@ class UpdateTests(SuiteBase):
         with pytest.raises(_Boom):
             await fail_inside()
         assert snapshot(await self.readback(manager, session.session_id)) == before
+
+    async def test_update_retries_a_lost_race(self, manager: SessionManager) -> None:
+        """When update()'s save loses a race (a rival save lands between its load and its
+        save) it reloads, applies fn to the new version and saves: both changes land once;
+        with retries=0 the SessionConflictError is raised and nothing of fn is written."""
+        session_id = self.new_id()
+        await manager.create(session_id)
+        rival = await self.variant(manager) if manager.capabilities.shared else manager
+        seen_versions: list[int] = []
+
+        async def fn(session: Session) -> None:
+            seen_versions.append(session.version)
+            if len(seen_versions) == 1:
+                await rival.update(session_id, lambda s: s.add_event("rival", "first"))
+            session.add_event("user", "mine")
+            session.state["attempts"] = len(seen_versions)
+
+        done = await manager.update(session_id, fn)
+        assert seen_versions == [1, 2], "update() did not reload and retry after the lost race"
+        assert done.version == 3
+        stored = await self.readback(manager, session_id)
+        assert stored is not None
+        assert [e.content for e in stored.events] == ["first", "mine"]
+        assert stored.state == {"attempts": 2} and stored.version == 3
+        await self.check_positions(manager, session_id, 2)
+
+        async def loser(session: Session) -> None:
+            await rival.update(session_id, lambda s: s.add_event("rival", "second"))
+            session.add_event("user", "lost")
+
+        with pytest.raises(SessionConflictError):
+            await manager.update(session_id, loser, retries=0)
+        stored = await self.readback(manager, session_id)
+        assert stored is not None
+        assert [e.content for e in stored.events] == ["first", "mine", "second"]
+        await self.check_positions(manager, session_id, 3)

@@ -1,24 +1,34 @@
 """The ``agentsessions`` command: one small dispatcher, each verb group in its own module.
 
-Verb modules are imported only when the command starts, and each one registers its
-own subcommands, so a verb's dependencies (the kit, the benchmarks) load only for it.
+The command line is the ``agentsessions[cli]`` extra: without rich it says how to get
+it instead of failing with a traceback. Verbs that belong to other distributions (the
+kit's ``conformance``, the benchmarks' ``bench``) come from the ``agentsessions.cli``
+entry point group, so core never imports them and lists only the verbs installed.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
+import importlib.util
+import logging
 import sys
 from collections.abc import Sequence
 
-__all__ = ["main"]
+__all__ = ["ENTRY_POINT_GROUP", "build_parser", "main"]
+
+#: Each entry point names a ``register(subparsers)`` callable; its name is the verb.
+ENTRY_POINT_GROUP = "agentsessions.cli"
 
 # Each module defines ``register(subparsers)``; a parser's ``func`` returns the exit code.
 _VERB_MODULES = (
     "agentsessions._cli._chat",
     "agentsessions._cli._ops",
-    "agentsessions._cli._conformance",
-    "agentsessions._cli._bench",
+)
+
+_MISSING_CLI = (
+    "agentsessions: the command line needs the cli extra: pip install 'agentsessions[cli]'"
 )
 
 
@@ -30,10 +40,35 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in _VERB_MODULES:
         importlib.import_module(name).register(subparsers)
+    builtin = set(subparsers.choices)
+    for entry_point in sorted(
+        importlib.metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: ep.name
+    ):
+        if entry_point.name in builtin or entry_point.name in subparsers.choices:
+            continue  # a built-in verb (or an earlier plugin's) is never replaced
+        try:
+            register = entry_point.load()
+        except Exception as exc:
+            # One broken plugin must not take the other verbs down with it.
+            print(
+                f"agentsessions: warning: verb {entry_point.name!r} ({entry_point.value}) "
+                f"could not be loaded: {type(exc).__name__}: {exc}",
+                file=sys.stderr,
+            )
+            continue
+        register(subparsers)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    if importlib.util.find_spec("rich") is None:
+        print(_MISSING_CLI, file=sys.stderr)
+        return 2
+    # Each failure is reported once, as the verb's one-line error: without a handler of
+    # its own, the library's warnings would reach stderr a second time via lastResort.
+    logger = logging.getLogger("agentsessions")
+    if not any(isinstance(handler, logging.NullHandler) for handler in logger.handlers):
+        logger.addHandler(logging.NullHandler())
     parser = build_parser()
     args = parser.parse_args(argv)
     code: int = args.func(args)

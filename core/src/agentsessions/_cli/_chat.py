@@ -25,9 +25,9 @@ from rich.text import Text
 from .._models import Session
 from .._registry import connect
 from .._urls import mask_url
-from ..demo import DemoAgent
 from ..runtime import RunResult
 from ._common import EXIT_CODES_HELP, EXIT_USAGE, CommandError, console, run
+from ._demo import DemoAgent
 
 __all__ = ["DEFAULT_URL", "register"]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -42,6 +43,10 @@ EXIT_CODES_HELP = """exit codes:
   2    bad usage or input (unknown scheme, bad option, malformed file line)
   3    the backend's server could not be reached
   130  interrupted"""
+
+# The command reports each failure itself, as one line: the library's operator log
+# (which Python would otherwise print through its last-resort handler) would repeat it.
+logging.getLogger("agentsessions").addHandler(logging.NullHandler())
 
 # Colour and markup only on a terminal; piped output stays plain text.
 console = Console(highlight=False, soft_wrap=False)

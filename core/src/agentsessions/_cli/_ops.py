@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import dataclasses
 import json
@@ -10,22 +11,33 @@ import os
 import sys
 import tempfile
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 import pydantic
 from rich import box
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    Task,
+    TextColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
+from rich.text import Text
 
-from .._manager import SessionManager
+from .._errors import InvalidInputError, PartialSessionError, SessionSerializationError
+from .._manager import SessionManager, check_restorable
 from .._models import Session, SessionSummary
 from .._registry import connect, installed_backends
-from .._transfer import Outcome, iter_sessions, same_content, transfer_session
+from .._transfer import PRESERVED_FIELDS, Outcome, differences, iter_batches, transfer_many
 from ._common import (
     EXIT_CODES_HELP,
     EXIT_FAILED,
+    EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_USAGE,
     CommandError,
@@ -260,66 +272,95 @@ def _export(args: argparse.Namespace) -> int:
     async def main() -> int:
         count = 0
         async with connect(args.url) as manager:
-            with _atomic_output(args.output) as out:
-                async for session in iter_sessions(manager, user_id=args.user):
-                    out.write(session.model_dump_json())
-                    out.write("\n")
-                    count += 1
-        err_console.print(f"exported {count} sessions")
+            total = await _count(manager, args.user)
+            with _atomic_output(args.output) as out, _progress("exporting", total) as advance:
+                async for batch in iter_batches(manager, user_id=args.user):
+                    for session in batch:
+                        out.write(session.model_dump_json())
+                        out.write("\n")
+                    count += len(batch)
+                    advance(len(batch))
+        where = "" if args.output in (None, "-") else f" to {args.output}"
+        err_console.print(f"exported {count} sessions{where}")
         return EXIT_OK
 
     return run(main)
 
 
 def _read_export(handle: IO[str], name: str) -> Iterator[tuple[int, Session]]:
+    """Each session of an export with its line number; the first bad line is a usage error
+    naming the file, the line and what is wrong with it."""
     for number, line in enumerate(handle, start=1):
         if not line.strip():
             continue
         try:
-            yield number, Session.model_validate_json(line)
+            session = Session.model_validate_json(line)
+            check_restorable(session)
         except pydantic.ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(part) for part in first["loc"]) or "line"
             raise CommandError(f"{name}:{number}: {where}: {first['msg']}", EXIT_USAGE) from None
+        except (InvalidInputError, SessionSerializationError, PartialSessionError) as exc:
+            raise CommandError(f"{name}:{number}: {exc}", EXIT_USAGE) from None
+        yield number, session
+
+
+@contextlib.contextmanager
+def _import_source(path: str) -> Iterator[tuple[IO[str], str, int]]:
+    """The export to import, validated whole: (handle at its start, name, sessions).
+
+    Standard input is spooled to a temporary file first, so that a pipe behaves exactly
+    like a file: a bad line anywhere stops the import before anything is written.
+    """
+    with contextlib.ExitStack() as stack:
+        if path == "-":
+            name = "<stdin>"
+            handle: IO[str] = stack.enter_context(tempfile.TemporaryFile("w+", encoding="utf-8"))
+            for line in sys.stdin:
+                handle.write(line)
+            handle.seek(0)
+        else:
+            name = path
+            handle = stack.enter_context(open(path, encoding="utf-8"))
+        total = sum(1 for _ in _read_export(handle, name))
+        handle.seek(0)
+        yield handle, name, total
 
 
 def _import(args: argparse.Namespace) -> int:
     async def main() -> int:
         counts: Counter[str] = Counter()
-        from_stdin = args.file == "-"
-        name = "<stdin>" if from_stdin else args.file
-        with contextlib.ExitStack() as stack:
-            handle = sys.stdin
-            if not from_stdin:
-                # A CLI reading its own input file: nothing else runs on this loop meanwhile.
-                handle = stack.enter_context(open(args.file, encoding="utf-8"))  # noqa: ASYNC230
-            if not from_stdin:
-                # Validate every line first, so a malformed file imports nothing at all.
-                for _ in _read_export(handle, name):
-                    pass
-                handle.seek(0)
+        with _import_source(args.file) as (handle, name, total):
             async with connect(args.url) as manager:
-                for number, session in _read_export(handle, name):
-                    outcome = await transfer_session(manager, session)
-                    if outcome not in (Outcome.SKIPPED, Outcome.DIFFERS):
-                        counts[outcome.value] += 1
-                    elif args.on_exists == "skip":
-                        counts["skipped"] += 1
-                    else:
-                        _report(counts)
-                        raise CommandError(
-                            f"{name}:{number}: session {session.session_id!r} already "
-                            "exists (use --on-exists skip to skip it)"
-                        )
-        _report(counts)
+                with _progress("importing", total) as advance, _resumable(counts, "imported"):
+                    for batch in _batches(_read_export(handle, name), _BATCH):
+                        outcomes = await transfer_many(manager, [s for _, s in batch])
+                        taken: list[tuple[int, str]] = []
+                        for (number, session), outcome in zip(batch, outcomes, strict=True):
+                            if outcome is Outcome.CREATED:
+                                counts["created"] += 1
+                            elif args.on_exists == "skip":
+                                counts["skipped"] += 1
+                            else:
+                                taken.append((number, session.session_id))
+                        advance(len(batch))
+                        if taken:
+                            number, session_id = taken[0]
+                            raise CommandError(
+                                f"{name}:{number}: session {session_id!r} already exists "
+                                f"(use --on-exists skip to skip it); {len(taken)} of the "
+                                f"sessions up to line {batch[-1][0]} exist already; "
+                                + _summary(counts, "imported")
+                            )
+        err_console.print(_summary(counts, "imported"))
         return EXIT_OK
 
     return run(main)
 
 
-def _report(counts: Counter[str]) -> None:
-    parts = [f"{counts[key]} {key}" for key in ("created", "completed", "skipped") if counts[key]]
-    err_console.print("imported: " + (", ".join(parts) or "nothing"))
+def _summary(counts: Counter[str], verb: str) -> str:
+    parts = [f"{counts[key]} {key}" for key in counts if counts[key]]
+    return f"{verb}: " + (", ".join(parts) or "nothing")
 
 
 # -- copy -------------------------------------------------------------------------------
@@ -327,28 +368,21 @@ def _report(counts: Counter[str]) -> None:
 
 def _copy(args: argparse.Namespace) -> int:
     async def main() -> int:
-        counts: Counter[Outcome] = Counter()
+        counts: Counter[str] = Counter()
         differing: list[str] = []
         async with connect(args.source_url) as source, connect(args.destination_url) as target:
             total = await _count(source, args.user)
-            with Progress(
-                TextColumn("copying"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                console=err_console,
-                transient=True,
-            ) as progress:
-                task = progress.add_task("copy", total=total)
-                async for session in iter_sessions(source, user_id=args.user):
-                    outcome = await transfer_session(target, session)
-                    counts[outcome] += 1
-                    if outcome is Outcome.DIFFERS:
-                        differing.append(session.session_id)
-                    progress.advance(task)
-            mismatches = await _verify(source, target, args.user)
-        summary = ", ".join(f"{counts[o]} {o.value}" for o in Outcome if counts[o]) or "nothing"
-        err_console.print(f"copied: {summary}")
+            with _progress("copying", total) as advance, _resumable(counts, "copied"):
+                async for batch in iter_batches(source, user_id=args.user):
+                    outcomes = await transfer_many(target, batch)
+                    for session, outcome in zip(batch, outcomes, strict=True):
+                        counts[outcome.value] += 1
+                        if outcome is Outcome.DIFFERS:
+                            differing.append(session.session_id)
+                    advance(len(batch))
+            with _progress("verifying", total) as advance:
+                mismatches = await _verify(source, target, args.user, advance)
+        err_console.print(_summary(counts, "copied"))
         if differing:
             err_console.print(
                 f"{len(differing)} sessions exist in the destination with other content "
@@ -356,7 +390,10 @@ def _copy(args: argparse.Namespace) -> int:
             )
         if mismatches:
             raise CommandError(f"verification failed: {mismatches}")
-        err_console.print("verified: every source session is in the destination, identical")
+        err_console.print(
+            "verified: every source session is in the destination, identical in "
+            + ", ".join(PRESERVED_FIELDS)
+        )
         return EXIT_FAILED if differing else EXIT_OK
 
     return run(main)
@@ -372,18 +409,86 @@ async def _count(manager: SessionManager, user_id: str | None) -> int:
         cursor = page.next_cursor
 
 
-async def _verify(source: SessionManager, target: SessionManager, user_id: str | None) -> str:
-    checked = missing = different = 0
-    async for session in iter_sessions(source, user_id=user_id):
-        checked += 1
-        copy = await target.get(session.session_id)
-        if copy is None:
-            missing += 1
-        elif not same_content(session, copy):
-            different += 1
+async def _verify(
+    source: SessionManager,
+    target: SessionManager,
+    user_id: str | None,
+    advance: Callable[[int], None],
+) -> str:
+    """Compare every preserved field of every source session with its copy."""
+    checked = missing = 0
+    fields: Counter[str] = Counter()
+    async for batch in iter_batches(source, user_id=user_id):
+        copies = await asyncio.gather(*(target.get(s.session_id) for s in batch))
+        for session, copy in zip(batch, copies, strict=True):
+            checked += 1
+            if copy is None:
+                missing += 1
+            else:
+                fields.update(differences(session, copy))
+        advance(len(batch))
+    different = ", ".join(f"{count} in {name}" for name, count in sorted(fields.items()))
     if missing or different:
-        return f"of {checked} sessions, {missing} missing and {different} different"
+        return f"of {checked} sessions, {missing} missing" + (
+            f"; differences: {different}" if different else ""
+        )
     return ""
+
+
+# -- progress and interruption -------------------------------------------------------------
+
+_BATCH = 100
+T = TypeVar("T")
+
+
+def _batches(items: Iterable[T], size: int) -> Iterator[list[T]]:
+    batch: list[T] = []
+    for item in items:
+        batch.append(item)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+class _RateColumn(ProgressColumn):
+    """Sessions per second, as rich measures it over the last moments."""
+
+    def render(self, task: Task) -> Text:
+        speed = task.finished_speed or task.speed
+        return Text("" if speed is None else f"{speed:,.0f}/s")
+
+
+@contextlib.contextmanager
+def _progress(label: str, total: int) -> Iterator[Callable[[int], None]]:
+    """A progress bar with count, rate and time left on a terminal; silent otherwise."""
+    with Progress(
+        TextColumn(label),
+        BarColumn(),
+        MofNCompleteColumn(),
+        _RateColumn(),
+        TimeRemainingColumn(),
+        console=err_console,
+        transient=True,
+        disable=not err_console.is_terminal,
+    ) as progress:
+        task = progress.add_task(label, total=total)
+        yield lambda count: progress.advance(task, count)
+
+
+@contextlib.contextmanager
+def _resumable(counts: Counter[str], done: str) -> Iterator[None]:
+    """On Ctrl-C, say what was written and how to resume (each session is atomic)."""
+    try:
+        yield
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        raise CommandError(
+            f"interrupted; {_summary(counts, done)}. Every session is written whole or "
+            "not at all: run the same command again to resume"
+            + (" with --on-exists skip" if done == "imported" else ""),
+            EXIT_INTERRUPTED,
+        ) from None
 
 
 # -- deleting ---------------------------------------------------------------------------

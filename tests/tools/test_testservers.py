@@ -1,4 +1,4 @@
-"""Self-test of tests/servers: each kind starts, answers a real driver, restarts in place.
+"""Self-test of agentsessions_testservers: each kind starts, answers a driver, restarts in place.
 
 Each test owns its server (``start_*``), so stopping it cannot disturb other tests.
 When a server cannot be had, the test is skipped, but fails when
@@ -18,12 +18,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
+import agentsessions_testservers as servers
 import pytest
-import servers
-from servers import ManagedServer, ServerUnavailable
-from servers._process import PortInUse, Process, ProcessServer, make_workdir
+from agentsessions_testservers import ManagedServer, ServerUnavailable
+from agentsessions_testservers._process import PortInUse, Process, ProcessServer, make_workdir
 
-TESTS_DIR = Path(__file__).resolve().parent
 REQUIRE_SERVERS = os.environ.get("AGENTSESSIONS_REQUIRE_SERVERS") == "1"
 T = TypeVar("T")
 
@@ -206,7 +205,7 @@ def test_mongo_roundtrip_and_restart(owned: list[ManagedServer]) -> None:
 
 @pytest.mark.mongo
 def test_mongo_transactions_work(owned: list[ManagedServer]) -> None:
-    """The MongoDB backend relies on this (see tests/servers/README.md)."""
+    """The MongoDB backend relies on this (see tools/testservers/README.md)."""
     pymongo = pytest.importorskip("pymongo")
     server = _start(servers.start_mongo)
     owned.append(server)
@@ -240,10 +239,10 @@ def test_finder_caches_and_revives(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.redis
 def test_main_module_prints_urls_and_stops_on_sigterm(tmp_path: Path) -> None:
     env_file = tmp_path / "servers.env"
-    env = {**os.environ, "PYTHONPATH": str(TESTS_DIR)}
+    env = dict(os.environ)
     env.pop("AGENTSESSIONS_REDIS_URL", None)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "servers", "redis", "--env-file", str(env_file)],
+        [sys.executable, "-m", "agentsessions_testservers", "redis", "--env-file", str(env_file)],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -256,8 +255,10 @@ def test_main_module_prints_urls_and_stops_on_sigterm(tmp_path: Path) -> None:
                 _, err = proc.communicate()
                 if "no redis server available" in err and not REQUIRE_SERVERS:
                     pytest.skip(err)
-                pytest.fail(f"python -m servers exited early: {err}")
-            assert time.monotonic() < deadline, "python -m servers did not get ready"
+                pytest.fail(f"python -m agentsessions_testservers exited early: {err}")
+            assert time.monotonic() < deadline, (
+                "python -m agentsessions_testservers did not get ready"
+            )
             time.sleep(0.1)
         line = env_file.read_text().strip()
         assert line.startswith("export AGENTSESSIONS_REDIS_URL=redis://127.0.0.1:")

@@ -1,8 +1,8 @@
 """``agentsessions bench URL``: benchmark our store on one URL against its raw-driver floor.
 
-The benchmark suite lives in the source tree (``bench/``, package
-``agentsessions_bench``) and is imported only when this command runs, so the CLI
-never depends on it; without it the command says how to get it.
+Registered through the ``agentsessions.cli`` entry point group, so the command offers
+it only where this package is installed (``pip install -e bench/`` from a source
+checkout, or ``nox -s bench``).
 """
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import importlib
 import sys
 from typing import Any
+
+from . import _api, _report, _runner
 
 __all__ = ["register"]
 
@@ -25,8 +26,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         description=(
             "Run the benchmark workload (turn latency by history size, append cost, "
             "throughput, contention) on URL and on a hand-written raw-driver floor for "
-            "the same engine, and print the tables. Needs the benchmark suite "
-            "(pip install -e bench/ from a source checkout, or nox -s bench)."
+            "the same engine, and print the tables."
         ),
     )
     parser.add_argument("url", help="e.g. sqlite:///bench.db or postgresql://host/db")
@@ -42,16 +42,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    try:
-        bench = importlib.import_module("agentsessions_bench")
-    except ImportError as exc:
-        print(
-            f"agentsessions bench: the benchmark suite is not installed ({exc}); "
-            "from a source checkout run: pip install -e bench/",
-            file=sys.stderr,
-        )
-        return 2
-    config = bench.Config.quick() if args.quick else bench.Config()
+    config = _runner.Config.quick() if args.quick else _runner.Config()
     changes: dict[str, Any] = {}
     if args.rounds is not None:
         changes["rounds"] = args.rounds
@@ -67,8 +58,8 @@ def _run(args: argparse.Namespace) -> int:
             )
             return 2
     config = dataclasses.replace(config, **changes)
-    results = asyncio.run(bench.run_url(args.url, config, peers=args.peers))
-    print(bench.render_markdown(results))
+    results = asyncio.run(_api.run_url(args.url, config, peers=args.peers))
+    print(_report.render_markdown(results))
     if args.json:
         import json
 

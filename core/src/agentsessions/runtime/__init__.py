@@ -15,6 +15,7 @@ the call is stored in the session as a `PendingToolCall`, the run ends with
 `Approval` that runs or refuses it.
 """
 
+from ._agent import Agent
 from ._approval import (
     PENDING_CALLS_KEY,
     Approval,
@@ -26,8 +27,7 @@ from ._approval import (
     ToolOutcome,
     UnknownToolError,
 )
-from ._runtime import (
-    Agent,
+from ._context import (
     ConflictPolicy,
     ExecutionContext,
     RunResult,

@@ -20,10 +20,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._approval import Approval, PendingToolCall
-from ._manager import SessionManager
-from ._models import Event
-from ._runtime import Agent, ConflictPolicy, ExecutionContext
+from .._manager import SessionManager
+from .._models import Event
+from ..runtime import Agent, Approval, ConflictPolicy, ExecutionContext, PendingToolCall
 
 __all__ = ["DemoAgent", "Memory", "SentNote", "recall"]
 

@@ -23,7 +23,6 @@ had loaded is not merged either; it raises.
 
 from __future__ import annotations
 
-import abc
 import copy
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -32,7 +31,15 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel
 
-from . import _json
+from .. import _json
+from .._errors import (
+    InvalidInputError,
+    SessionConflictError,
+    SessionExistsError,
+    SessionNotFoundError,
+)
+from .._manager import SessionManager, backoff
+from .._models import Event, EventsAndState, Session
 from ._approval import (
     PENDING_CALLS_KEY,
     Approval,
@@ -44,19 +51,9 @@ from ._approval import (
     ToolOutcome,
     jsonable_result,
 )
-from ._errors import (
-    InvalidInputError,
-    SessionConflictError,
-    SessionExistsError,
-    SessionNotFoundError,
-)
-from ._manager import SessionManager, backoff
-from ._memory import MemorySessionManager
-from ._models import Event, EventsAndState, Session
 
 __all__ = [
     "MERGE_RETRIES",
-    "Agent",
     "ConflictPolicy",
     "ExecutionContext",
     "RunResult",
@@ -495,55 +492,3 @@ async def run_context(
     )
     yield context
     await context.save()
-
-
-class Agent(abc.ABC):
-    """Base class of an agent whose runs use sessions.
-
-    Subclasses implement `step` (and register tools on ``self.tools``). An agent
-    given no manager keeps its sessions in its own in-memory store, which lives as
-    long as the agent object.
-    """
-
-    #: The author name of the events the agent records.
-    name: str = "agent"
-
-    def __init__(
-        self,
-        manager: SessionManager | None = None,
-        *,
-        last_events: int | None = None,
-        on_conflict: ConflictPolicy = "merge",
-    ) -> None:
-        self.manager: SessionManager = manager if manager is not None else MemorySessionManager()
-        self.tools = Toolbox()
-        self.last_events = last_events
-        self.on_conflict: ConflictPolicy = on_conflict
-
-    @abc.abstractmethod
-    async def step(self, context: ExecutionContext, message: str | None) -> str | None:
-        """Handle one turn and return the reply. Approvals are resolved before it is called."""
-
-    async def run(
-        self,
-        message: str | None = None,
-        *,
-        session_id: str | None = None,
-        user_id: str | None = None,
-        approval: Approval | None = None,
-    ) -> RunResult:
-        """One turn: load or create the session, resolve *approval*, step, save."""
-        async with run_context(
-            self.manager,
-            session_id=session_id,
-            user_id=user_id,
-            last_events=self.last_events,
-            tools=self.tools,
-            on_conflict=self.on_conflict,
-            author=self.name,
-        ) as context:
-            if approval is not None:
-                await context.resolve(approval)
-            reply = await self.step(context, message)
-        # Built after the block so that it reflects what was saved.
-        return context.result(reply)

@@ -46,7 +46,7 @@ def run_pytest(
     child_env = {
         key: value for key, value in os.environ.items() if key != "AGENTSESSIONS_SESSION_URL"
     }
-    child_env["PYTHONPATH"] = str(TESTS_DIR)  # for `kit.broken`
+    child_env["PYTHONPATH"] = str(TESTS_DIR)  # for `conformance.broken`
     child_env.update(env or {})
     result = subprocess.run(
         [

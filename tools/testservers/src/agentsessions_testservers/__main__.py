@@ -1,8 +1,8 @@
-"""``python -m servers [KIND ...]``: start servers, print their URLs, run until signalled.
+"""``python -m agentsessions_testservers [KIND ...]``: start servers, print URLs, wait.
 
 For CI and benchmarks. From the repository root::
 
-    PYTHONPATH=tests python -m servers redis-cluster mongo --env-file /tmp/servers.env &
+    python -m agentsessions_testservers redis-cluster mongo --env-file /tmp/servers.env &
     # wait for /tmp/servers.env to appear, then:  . /tmp/servers.env
 
 Prints ``export NAME=URL`` lines on stdout once every requested server answers (and
@@ -29,7 +29,7 @@ from ._process import ServerUnavailable
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m servers",
+        prog="python -m agentsessions_testservers",
         description="Start test database servers and print their URLs as export lines.",
     )
     parser.add_argument(
@@ -68,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             urls = {kind: find(kind) for kind in kinds}
         except ServerUnavailable as exc:
-            print(f"servers: {exc}", file=sys.stderr)
+            print(f"agentsessions_testservers: {exc}", file=sys.stderr)
             return 2
         lines = "".join(f"export {ENV_VARS[k]}={shlex.quote(u)}\n" for k, u in urls.items())
         if env_file is not None:
@@ -80,7 +80,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             for kind in kinds:
                 server = started_server(kind)
                 if server is not None and not server.is_running():
-                    print(f"servers: the {kind} server died unexpectedly", file=sys.stderr)
+                    print(
+                        f"agentsessions_testservers: the {kind} server died unexpectedly",
+                        file=sys.stderr,
+                    )
                     return 1
         return 0
     except KeyboardInterrupt:

@@ -17,10 +17,10 @@ from typing import Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
-from . import _json
-from ._errors import InvalidInputError, SessionSerializationError
-from ._manager import MAX_ID_LENGTH
-from ._models import utcnow
+from .. import _json
+from .._errors import InvalidInputError, SessionSerializationError
+from .._manager import MAX_ID_LENGTH
+from .._models import utcnow
 
 __all__ = [
     "PENDING_CALLS_KEY",

@@ -8,10 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-from agentsessions._cli import main
-
-from kit._run import TESTS_DIR
+from conformance._run import TESTS_DIR
 
 
 def _cli(*args: str, code: str | None = None, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -53,7 +50,7 @@ def test_cli_fails_on_broken_backend_and_masks_password(tmp_path: Path) -> None:
         "import sys\n"
         "from agentsessions import register_backend\n"
         "from agentsessions._cli import main\n"
-        "from kit.broken import OverwritingCreateManager\n"
+        "from conformance.broken import OverwritingCreateManager\n"
         "register_backend('brokenmem', OverwritingCreateManager)\n"
         "sys.exit(main(sys.argv[1:]))\n"
     )
@@ -74,23 +71,6 @@ def test_cli_fails_on_broken_backend_and_masks_password(tmp_path: Path) -> None:
     assert "brokenmem://admin:***@store" in done.stdout
     everything = done.stdout + done.stderr + report.read_text()
     assert "hunter2" not in everything
-
-
-def test_cli_says_how_to_install_the_kit(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    import importlib.util
-
-    real = importlib.util.find_spec
-
-    def find_spec(name: str, package: str | None = None) -> object:
-        return None if name == "agentsessions_conformance" else real(name, package)
-
-    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
-    assert main(["conformance", "memory://"]) == 2
-    err = capsys.readouterr().err
-    assert "pip install agentsessions-conformance" in err
-    assert len(err.strip().splitlines()) == 1
 
 
 def test_cli_unknown_scheme_is_reported(tmp_path: Path) -> None:

@@ -1,21 +1,16 @@
-"""``agentsessions conformance URL``: run the conformance kit against a live backend.
+"""``agentsessions conformance URL``: the kit's verb of the ``agentsessions`` command.
 
-The kit is a separate distribution (it depends on pytest); this verb only imports it
-when run, and says how to install it when it is missing.
+Registered through the ``agentsessions.cli`` entry point group, so the command offers
+it only where the kit is installed. rich (the ``agentsessions[cli]`` extra, present
+whenever the command runs) and the runner (pytest) are imported only when it runs.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import sys
 from typing import Any
 
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
-
-from .._urls import mask_url
+from agentsessions import mask_url
 
 __all__ = ["register"]
 
@@ -37,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="check a backend URL against the SessionManager contract",
         description=(
             "Run the agentsessions conformance kit against URL and print each clause's "
-            "outcome. Exits non-zero if any clause fails. Needs agentsessions-conformance."
+            "outcome. Exits non-zero if any clause fails."
         ),
     )
     parser.add_argument("url", help="backend URL, e.g. postgresql://user:pw@host/db")
@@ -49,14 +44,11 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    if importlib.util.find_spec("agentsessions_conformance") is None:
-        print(
-            "error: the conformance kit is not installed: pip install agentsessions-conformance",
-            file=sys.stderr,
-        )
-        return 2
-    # Imported only now: the kit pulls in pytest, which the other verbs never need.
-    from agentsessions_conformance import run
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    from ._runner import run
 
     # Colour only on a terminal (rich decides, and honours NO_COLOR); a pipe or a CI log
     # gets plain text, wide enough that rows do not wrap into unreadable columns.

@@ -7,8 +7,9 @@ testcontainers container (only with testcontainers and a reachable Docker engine
 
 Finders (``find_postgres()`` ...) return a URL and share one server per kind per
 process. ``start_*()`` return a fresh :class:`ManagedServer` the caller owns -- use
-those for tests that stop and restart the server. ``python -m servers`` starts servers
-for CI and benchmarks and prints ``export`` lines. See README.md in this folder.
+those for tests that stop and restart the server. ``python -m agentsessions_testservers``
+starts servers for CI and benchmarks and prints ``export`` lines. See this
+distribution's README.md (tools/testservers).
 
 This package depends only on the standard library (testcontainers optionally).
 """

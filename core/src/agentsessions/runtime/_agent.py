@@ -1,0 +1,64 @@
+"""`Agent`: the base class whose `run` is one turn on a session (load, approve, step, save)."""
+
+from __future__ import annotations
+
+import abc
+
+from .._manager import SessionManager
+from .._memory import MemorySessionManager
+from ._approval import Approval, Toolbox
+from ._context import ConflictPolicy, ExecutionContext, RunResult, run_context
+
+__all__ = ["Agent"]
+
+
+class Agent(abc.ABC):
+    """Base class of an agent whose runs use sessions.
+
+    Subclasses implement `step` (and register tools on ``self.tools``). An agent
+    given no manager keeps its sessions in its own in-memory store, which lives as
+    long as the agent object.
+    """
+
+    #: The author name of the events the agent records.
+    name: str = "agent"
+
+    def __init__(
+        self,
+        manager: SessionManager | None = None,
+        *,
+        last_events: int | None = None,
+        on_conflict: ConflictPolicy = "merge",
+    ) -> None:
+        self.manager: SessionManager = manager if manager is not None else MemorySessionManager()
+        self.tools = Toolbox()
+        self.last_events = last_events
+        self.on_conflict: ConflictPolicy = on_conflict
+
+    @abc.abstractmethod
+    async def step(self, context: ExecutionContext, message: str | None) -> str | None:
+        """Handle one turn and return the reply. Approvals are resolved before it is called."""
+
+    async def run(
+        self,
+        message: str | None = None,
+        *,
+        session_id: str | None = None,
+        user_id: str | None = None,
+        approval: Approval | None = None,
+    ) -> RunResult:
+        """One turn: load or create the session, resolve *approval*, step, save."""
+        async with run_context(
+            self.manager,
+            session_id=session_id,
+            user_id=user_id,
+            last_events=self.last_events,
+            tools=self.tools,
+            on_conflict=self.on_conflict,
+            author=self.name,
+        ) as context:
+            if approval is not None:
+                await context.resolve(approval)
+            reply = await self.step(context, message)
+        # Built after the block so that it reflects what was saved.
+        return context.result(reply)

@@ -1,0 +1,1084 @@
+"""Deliberately broken backends: each breaks one promise, and the kit must notice exactly that.
+
+Each is a small subclass of the reference memory backend or of the SQLite backend, so
+everything it does not break behaves exactly as the real one does. Each names, in
+``caught_by``, the kit clauses that must fail on it; `test_broken_backends` runs each
+backend against those clauses only (one pytest process for all of them) and asserts
+that every one fails, and that the unbroken backends pass them all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+from typing import Any, ClassVar
+
+from agentsessions import (
+    BackendConflictError,
+    BackendUnavailableError,
+    Capabilities,
+    MemorySessionManager,
+    Session,
+    SessionConflictError,
+    SessionExistsError,
+    SessionManager,
+    SessionNotFoundError,
+    SessionSummary,
+)
+from agentsessions._memory import _live, _Stored
+from agentsessions.backend import (
+    LoadedSession,
+    SaveRequest,
+    SessionRecord,
+    decode_events,
+    to_micros,
+)
+from agentsessions_sqlite import SQLiteSessionManager
+from agentsessions_sqlite import _manager as sqlite_impl
+
+__all__ = ["BROKEN", "AliasingManager", "OverwritingCreateManager"]
+
+
+def _real_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Broken:
+    """Mixin: the kit clauses that must fail on this backend."""
+
+    caught_by: ClassVar[frozenset[str]]
+
+
+# -- create ------------------------------------------------------------------------------
+
+
+class OverwritingCreateManager(MemorySessionManager, Broken):
+    """create() of an existing id silently replaces it (a blind INSERT OR REPLACE / SET)."""
+
+    caught_by = frozenset(
+        {
+            "test_create_never_overwrites",
+            "test_concurrent_creates_exactly_one_wins",
+            "test_concurrent_creates_across_managers",
+        }
+    )
+
+    async def _create(self, record: SessionRecord, now: datetime) -> None:
+        with self._store.lock:
+            self._space[record.session_id] = _Stored(record, [])
+
+
+class RefusesExpiredIdManager(MemorySessionManager, Broken):
+    """create() refuses an id whose session has expired (checks presence, not liveness)."""
+
+    caught_by = frozenset({"test_ttl_expired_id_can_be_created_again"})
+
+    async def _create(self, record: SessionRecord, now: datetime) -> None:
+        with self._store.lock:
+            if record.session_id in self._space:
+                raise SessionExistsError(record.session_id)
+            self._space[record.session_id] = _Stored(record, [])
+
+
+class CreateWallClockManager(MemorySessionManager, Broken):
+    """The backend stamps created_at itself, from the machine's clock, not the manager's."""
+
+    caught_by = frozenset({"test_ttl_timestamps_come_from_the_clock", "test_list_ties_page_by_id"})
+
+    async def _create(self, record: SessionRecord, now: datetime) -> None:
+        await super()._create(replace(record, created_at=_real_now()), now)
+
+
+# -- save --------------------------------------------------------------------------------
+
+
+class LostSaveManager(MemorySessionManager, Broken):
+    """save() never checks the stored version: concurrent saves overwrite each other."""
+
+    caught_by = frozenset(
+        {
+            "test_save_stale_copy_raises_conflict",
+            "test_concurrent_saves_exactly_one_lands",
+            "test_concurrent_saves_across_managers",
+            "test_update_retries_a_lost_race",
+        }
+    )
+
+    async def _save(self, request: SaveRequest, now: datetime) -> None:
+        session_id = request.record.session_id
+        with self._store.lock:
+            stored = _live(self._space.get(session_id), now)
+            if stored is None:
+                raise SessionNotFoundError(session_id)
+            events = stored.events[: request.keep]
+            events.extend(event.data for event in request.new_events)
+            record = replace(
+                request.record, user_id=stored.record.user_id, created_at=stored.record.created_at
+            )
+            self._space[session_id] = _Stored(record, events)
+
+
+class ConflictAsBackendErrorManager(MemorySessionManager, Broken):
+    """A lost version race is reported as a generic BackendConflictError, not a conflict."""
+
+    caught_by = frozenset(
+        {"test_save_stale_copy_raises_conflict", "test_update_retries_a_lost_race"}
+    )
+
+    async def _save(self, request: SaveRequest, now: datetime) -> None:
+        try:
+            await super()._save(request, now)
+        except SessionConflictError as exc:
+            raise BackendConflictError(str(exc)) from None
+
+
+class ConflictAsNotFoundManager(MemorySessionManager, Broken):
+    """A lost version race is reported as SessionNotFoundError (one rowcount, two causes)."""
+
+    caught_by = frozenset(
+        {"test_save_stale_copy_raises_conflict", "test_update_retries_a_lost_race"}
+    )
+
+    async def _save(self, request: SaveRequest, now: datetime) -> None:
+        try:
+            await super()._save(request, now)
+        except SessionConflictError:
+            raise SessionNotFoundError(request.record.session_id) from None
+
+
+class SaveChangesOwnerManager(MemorySessionManager, Broken):
+    """save() writes the copy's user_id and created_at instead of keeping the stored ones."""
+
+    caught_by = frozenset({"test_save_never_changes_owner_or_created_at"})
+
+    async def _save(self, request: SaveRequest, now: datetime) -> None:
+        session_id = request.record.session_id
+        with self._store.lock:
+            stored = _live(self._space.get(session_id), now)
+            if stored is None:
+                raise SessionNotFoundError(session_id)
+            if stored.record.version != request.expected_version:
+                raise SessionConflictError(session_id, request.expected_version)
+            stored.record = request.record
+            del stored.events[request.keep :]
+            stored.events.extend(event.data for event in request.new_events)
+
+
+class SaveRevivesExpiredManager(MemorySessionManager, Broken):
+    """save() of an expired session lands (the version check forgets the expiry)."""
+
+    caught_by = frozenset({"test_ttl_expired_session_is_absent"})
+
+    async def _save(self, request: SaveRequest, now: datetime) -> None:
+        await super()._save(request, datetime(1970, 1, 1, tzinfo=timezone.utc))
+
+
+class ExpiryNotRefreshedManager(MemorySessionManager, Broken):
+    """save() keeps the expiry set at creation: the ttl counts from create, not last save."""
+
+    caught_by = frozenset({"test_ttl_save_refreshes_expiry"})
+
+    async def _save(self, request: SaveRequest, now: datetime) -> None:
+        stored = self._space.get(request.record.session_id)
+        if stored is not None:
+            request = replace(
+                request, record=replace(request.record, expires_at=stored.record.expires_at)
+            )
+        await super()._save(request, now)
+
+
+class TornSaveRecordFirstManager(MemorySessionManager, Broken):
+    """save() writes the record, then (after a round trip) the events: readers see half."""
+
+    caught_by = frozenset({"test_reader_never_sees_half_a_save"})
+
+    async def _save(self, request: SaveRequest, now: datetime) -> None:
+        session_id = request.record.session_id
+        with self._store.lock:
+            stored = _live(self._space.get(session_id), now)
+            if stored is None:
+                raise SessionNotFoundError(session_id)
+            if stored.record.version != request.expected_version:
+                raise SessionConflictError(session_id, request.expected_version)
+            stored.record = replace(
+                request.record, user_id=stored.record.user_id, created_at=stored.record.created_at
+            )
+        await asyncio.sleep(0.001)  # the second statement, outside any transaction
+        with self._store.lock:
+            del stored.events[request.keep :]
+            stored.events.extend(event.data for event in request.new_events)
+
+
+class TornSaveEventsFirstManager(MemorySessionManager, Broken):
+    """save() writes the events, then (after a round trip) the record: readers see half."""
+
+    caught_by = frozenset({"test_reader_never_sees_half_a_save"})
+
+    async def _save(self, request: SaveRequest, now: datetime) -> None:
+        session_id = request.record.session_id
+        with self._store.lock:
+            stored = _live(self._space.get(session_id), now)
+            if stored is None:
+                raise SessionNotFoundError(session_id)
+            if stored.record.version != request.expected_version:
+                raise SessionConflictError(session_id, request.expected_version)
+            del stored.events[request.keep :]
+            stored.events.extend(event.data for event in request.new_events)
+        await asyncio.sleep(0.001)
+        with self._store.lock:
+            stored.record = replace(
+                request.record, user_id=stored.record.user_id, created_at=stored.record.created_at
+            )
+
+
+class LimitOverstatedManager(MemorySessionManager, Broken):
+    """Declares 4096-byte events, but its engine refuses anything past 3000 bytes."""
+
+    caught_by = frozenset({"test_event_size_limit_is_exact"})
+    capabilities = Capabilities(persistent=False, shared=True, max_event_bytes=4096)
+
+    async def _save(self, request: SaveRequest, now: datetime) -> None:
+        if any(len(event.data) > 3000 for event in request.new_events):
+            raise BackendUnavailableError(self.url, "value too large")
+        await super()._save(request, now)
+
+
+# -- get ---------------------------------------------------------------------------------
+
+
+class AliasingManager(MemorySessionManager, Broken):
+    """get() and create() hand out the very objects they cached, not copies."""
+
+    caught_by = frozenset(
+        {
+            "test_create_state_is_copied",
+            "test_get_returns_detached_copy",
+            "test_get_twice_gives_independent_objects",
+            "test_mutating_after_save_changes_nothing_stored",
+            # Every copy is the same object, so a "stale" copy is the fresh one:
+            "test_save_stale_copy_raises_conflict",
+            "test_concurrent_saves_exactly_one_lands",
+            # update()'s fn mutates the cached object, so the previous result changes too.
+            "test_update_accepts_sync_and_async_fn",
+        }
+    )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._cache: dict[str, Session] = {}
+
+    async def create(
+        self, session_id: str, user_id: str | None = None, *, state: dict[str, Any] | None = None
+    ) -> Session:
+        session = await super().create(session_id, user_id, state=state)
+        if state is not None:
+            session.state = state  # keeps the caller's dict, as a careless backend would
+        self._cache[session_id] = session
+        return session
+
+    async def get(
+        self, session_id: str, *, user_id: str | None = None, last_events: int | None = None
+    ) -> Session | None:
+        fresh = await super().get(session_id, user_id=user_id, last_events=last_events)
+        if fresh is None:
+            self._cache.pop(session_id, None)
+            return None
+        if last_events is not None:
+            return fresh
+        cached = self._cache.get(session_id)
+        if cached is not None and cached.version == fresh.version:
+            return cached
+        self._cache[session_id] = fresh
+        return fresh
+
+
+def _tail(events: list[str], last_events: int | None) -> list[str]:
+    if last_events is None:
+        return list(events)
+    return events[max(0, len(events) - last_events) :] if last_events else []
+
+
+class _LoadVariant(MemorySessionManager):
+    """A load that differs from the reference in how it picks liveness or the tail."""
+
+    def _pick(self, events: list[str], last_events: int | None) -> list[str]:
+        return _tail(events, last_events)
+
+    def _alive(self, stored: _Stored | None, now: datetime, last_events: int | None) -> bool:
+        return _live(stored, now) is not None
+
+    async def _load(
+        self, session_id: str, last_events: int | None, now: datetime
+    ) -> LoadedSession | None:
+        with self._store.lock:
+            stored = self._space.get(session_id)
+            if stored is None or not self._alive(stored, now, last_events):
+                return None
+            texts = self._pick(stored.events, last_events)
+            record = stored.record
+        return LoadedSession(record, decode_events(texts))
+
+
+class TailIgnoresExpiryManager(_LoadVariant, Broken):
+    """The last_events query forgets the expiry condition the full load has."""
+
+    caught_by = frozenset({"test_ttl_expired_session_is_absent"})
+
+    def _alive(self, stored: _Stored | None, now: datetime, last_events: int | None) -> bool:
+        return last_events is not None or _live(stored, now) is not None
+
+
+class ZeroTailIgnoresExpiryManager(_LoadVariant, Broken):
+    """The record-only load (last_events=0) forgets the expiry condition."""
+
+    caught_by = frozenset(
+        {"test_ttl_expired_session_is_absent", "test_ttl_expired_session_cannot_be_deleted"}
+    )
+
+    def _alive(self, stored: _Stored | None, now: datetime, last_events: int | None) -> bool:
+        return last_events == 0 or _live(stored, now) is not None
+
+
+class WallClockExpiryManager(_LoadVariant, Broken):
+    """Loads compare the expiry with the machine's clock (SQL ``now()``), not the given now."""
+
+    caught_by = frozenset(
+        {
+            "test_ttl_expired_session_is_absent",
+            "test_ttl_save_refreshes_expiry",
+            "test_ttl_read_does_not_extend",
+        }
+    )
+
+    def _alive(self, stored: _Stored | None, now: datetime, last_events: int | None) -> bool:
+        return _live(stored, _real_now()) is not None
+
+
+class ReadRefreshesExpiryManager(_LoadVariant, Broken):
+    """Every load pushes the expiry on (a GETEX / touch on read)."""
+
+    caught_by = frozenset({"test_ttl_read_does_not_extend"})
+
+    def _alive(self, stored: _Stored | None, now: datetime, last_events: int | None) -> bool:
+        alive = _live(stored, now) is not None
+        ttl = self.options.ttl
+        if alive and stored is not None and ttl is not None:
+            stored.record = replace(stored.record, expires_at=now + timedelta(seconds=ttl))
+        return alive
+
+
+class ZeroTailReturnsAllManager(_LoadVariant, Broken):
+    """last_events=0 returns every event (``events[-0:]``)."""
+
+    caught_by = frozenset({"test_get_last_events_zero"})
+
+    def _pick(self, events: list[str], last_events: int | None) -> list[str]:
+        return list(events) if last_events is None else events[-last_events:]
+
+
+class TailOffByOneManager(_LoadVariant, Broken):
+    """last_events=N returns N-1 events."""
+
+    caught_by = frozenset({"test_get_last_events_loads_newest"})
+
+    def _pick(self, events: list[str], last_events: int | None) -> list[str]:
+        if last_events is None:
+            return list(events)
+        return events[len(events) - last_events + 1 :] if last_events else []
+
+
+class TailIsOldestManager(_LoadVariant, Broken):
+    """last_events=N returns the oldest N events (ORDER BY position ASC LIMIT N)."""
+
+    caught_by = frozenset({"test_get_last_events_loads_newest"})
+
+    def _pick(self, events: list[str], last_events: int | None) -> list[str]:
+        return list(events) if last_events is None else events[:last_events]
+
+
+# -- ownership ---------------------------------------------------------------------------
+
+
+class TailSkipsOwnershipManager(MemorySessionManager, Broken):
+    """A fast path for tail reads that forgets the owner check the full read has."""
+
+    caught_by = frozenset({"test_ownership_holds_on_every_read_path"})
+
+    async def get(
+        self, session_id: str, *, user_id: str | None = None, last_events: int | None = None
+    ) -> Session | None:
+        if last_events is not None:
+            user_id = None
+        return await super().get(session_id, user_id=user_id, last_events=last_events)
+
+
+class DeleteIgnoresOwnerManager(MemorySessionManager, Broken):
+    """delete(user_id=...) deletes without checking the owner."""
+
+    caught_by = frozenset(
+        {"test_delete_with_other_user_raises_ownership", "test_ownership_holds_on_every_read_path"}
+    )
+
+    async def delete(self, session_id: str, *, user_id: str | None = None) -> bool:
+        return await super().delete(session_id)
+
+
+class GetOrCreateIgnoresOwnerManager(MemorySessionManager, Broken):
+    """get_or_create() returns an existing session whoever owns it."""
+
+    caught_by = frozenset(
+        {"test_get_or_create_enforces_ownership", "test_ownership_holds_on_every_read_path"}
+    )
+
+    async def get_or_create(self, session_id: str, user_id: str | None = None) -> Session:
+        existing = await self.get(session_id)
+        if existing is not None:
+            return existing
+        return await super().get_or_create(session_id, user_id)
+
+
+# -- update ------------------------------------------------------------------------------
+
+
+class UpdateNoRetryManager(MemorySessionManager, Broken):
+    """update() gives up on the first conflict, whatever retries says."""
+
+    caught_by = frozenset({"test_update_retries_a_lost_race"})
+
+    async def update(self, session_id: str, fn: Any, **kwargs: Any) -> Session:
+        kwargs["retries"] = 0
+        return await super().update(session_id, fn, **kwargs)
+
+
+class UpdateRetriesStaleCopyManager(MemorySessionManager, Broken):
+    """update() retries the save of the same stale copy instead of reloading."""
+
+    caught_by = frozenset({"test_update_retries_a_lost_race"})
+
+    async def update(
+        self,
+        session_id: str,
+        fn: Any,
+        *,
+        user_id: str | None = None,
+        create: bool = False,
+        retries: int = 64,
+    ) -> Session:
+        session = await self.get(session_id, user_id=user_id)
+        if session is None:
+            if not create:
+                raise SessionNotFoundError(session_id)
+            session = await self.get_or_create(session_id, user_id)
+        result = fn(session)
+        if asyncio.iscoroutine(result):
+            await result
+        for attempt in range(retries + 1):
+            try:
+                await self.save(session)
+                return session
+            except SessionConflictError:
+                if attempt >= retries:
+                    raise
+        raise AssertionError("unreachable")
+
+
+# -- delete ------------------------------------------------------------------------------
+
+
+class DeleteExpiredSaysTrueManager(MemorySessionManager, Broken):
+    """delete() of an expired session returns True (it found a row)."""
+
+    caught_by = frozenset({"test_ttl_expired_session_cannot_be_deleted"})
+
+    async def _delete(self, session_id: str, now: datetime) -> bool:
+        with self._store.lock:
+            return self._space.pop(session_id, None) is not None
+
+
+class DeleteUserCountsExpiredManager(MemorySessionManager, Broken):
+    """delete_user() counts the expired sessions it sweeps up."""
+
+    caught_by = frozenset({"test_ttl_expired_session_cannot_be_deleted"})
+
+    async def _delete_user(self, user_id: str, now: datetime) -> int:
+        with self._store.lock:
+            space = self._space
+            doomed = [sid for sid, s in space.items() if s.record.user_id == user_id]
+            for sid in doomed:
+                del space[sid]
+        return len(doomed)
+
+
+class DeleteUserFirstBatchManager(MemorySessionManager, Broken):
+    """delete_user() deletes one batch of 100 and forgets to loop."""
+
+    caught_by = frozenset({"test_delete_user_erases_hundreds_of_sessions"})
+
+    async def _delete_user(self, user_id: str, now: datetime) -> int:
+        with self._store.lock:
+            space = self._space
+            doomed = [sid for sid, s in space.items() if s.record.user_id == user_id][:100]
+            live = sum(_live(space.pop(sid), now) is not None for sid in doomed)
+        return live
+
+
+class DeleteUserTakesAnonymousManager(MemorySessionManager, Broken):
+    """delete_user() also deletes sessions with no owner (``user_id = ? OR user_id IS NULL``)."""
+
+    caught_by = frozenset(
+        {
+            "test_delete_user_removes_exactly_that_users_sessions",
+            "test_delete_user_erases_hundreds_of_sessions",
+        }
+    )
+
+    async def _delete_user(self, user_id: str, now: datetime) -> int:
+        with self._store.lock:
+            space = self._space
+            doomed = [sid for sid, s in space.items() if s.record.user_id in (user_id, None)]
+            live = sum(_live(space.pop(sid), now) is not None and sid is not None for sid in doomed)
+        return live
+
+
+# -- purge -------------------------------------------------------------------------------
+
+
+class PurgeDeletesLiveManager(MemorySessionManager, Broken):
+    """purge_expired() deletes every session that has an expiry at all, due or not."""
+
+    caught_by = frozenset({"test_purge_expired_removes_exactly_the_expired"})
+
+    async def _purge_expired(self, now: datetime) -> int:
+        with self._store.lock:
+            space = self._space
+            doomed = [sid for sid, s in space.items() if s.record.expires_at is not None]
+            for sid in doomed:
+                del space[sid]
+        return len(doomed)
+
+
+class PurgeMiscountsManager(MemorySessionManager, Broken):
+    """purge_expired() removes the right sessions but returns how many it examined."""
+
+    caught_by = frozenset({"test_purge_expired_removes_exactly_the_expired"})
+
+    async def _purge_expired(self, now: datetime) -> int:
+        examined = len(self._space)
+        await super()._purge_expired(now)
+        return examined
+
+
+class PurgeNothingManager(MemorySessionManager, Broken):
+    """purge_expired() is left at the base class's no-op, as if the engine expired data."""
+
+    caught_by = frozenset({"test_purge_expired_removes_exactly_the_expired"})
+
+    async def _purge_expired(self, now: datetime) -> int:
+        return 0
+
+
+class PurgeWallClockManager(MemorySessionManager, Broken):
+    """purge_expired() judges expiry by the machine's clock, not the manager's."""
+
+    caught_by = frozenset({"test_purge_expired_removes_exactly_the_expired"})
+
+    async def _purge_expired(self, now: datetime) -> int:
+        return await super()._purge_expired(_real_now())
+
+
+# -- listing -----------------------------------------------------------------------------
+
+
+class _ListVariant(MemorySessionManager):
+    """A listing that differs from the reference in one step: select, order, page, summarise."""
+
+    def _spaces(self) -> list[dict[str, _Stored]]:
+        return [self._space]
+
+    def _select(self, stored: _Stored, user_id: str | None, now: datetime, paged: bool) -> bool:
+        return _live(stored, now) is not None and (
+            user_id is None or stored.record.user_id == user_id
+        )
+
+    def _key(self, record: SessionRecord) -> tuple[Any, ...]:
+        return (record.created_at, record.session_id)
+
+    def _after(self, record: SessionRecord, after: tuple[datetime, str]) -> bool:
+        return (record.created_at, record.session_id) < after
+
+    def _cut(self, records: list[SessionRecord], limit: int) -> list[SessionRecord]:
+        return records[:limit]
+
+    def _summary(self, record: SessionRecord) -> SessionSummary:
+        return record.summary()
+
+    async def _list(
+        self, user_id: str | None, limit: int, after: tuple[datetime, str] | None, now: datetime
+    ) -> list[SessionSummary]:
+        with self._store.lock:
+            records = [
+                stored.record
+                for space in self._spaces()
+                for stored in space.values()
+                if self._select(stored, user_id, now, after is not None)
+            ]
+        records.sort(key=self._key, reverse=True)
+        if after is not None:
+            records = [r for r in records if self._after(r, after)]
+        return [self._summary(record) for record in self._cut(records, limit)]
+
+
+class LeakyNamespaceManager(_ListVariant, Broken):
+    """Listing and delete_user ignore the namespace (a key pattern without the prefix)."""
+
+    caught_by = frozenset(
+        {
+            "test_namespaces_never_see_each_other",
+            "test_default_namespace_lists_only_its_own",
+            "test_namespace_and_id_never_collide",
+        }
+    )
+
+    def _spaces(self) -> list[dict[str, _Stored]]:
+        return list(self._store.spaces.values())
+
+    async def _delete_user(self, user_id: str, now: datetime) -> int:
+        count = 0
+        with self._store.lock:
+            for space in self._store.spaces.values():
+                doomed = [sid for sid, s in space.items() if s.record.user_id == user_id]
+                for sid in doomed:
+                    count += _live(space.pop(sid), now) is not None
+        return count
+
+
+class DefaultNamespaceListsAllManager(_ListVariant, Broken):
+    """The default namespace's listing pattern (an empty prefix) matches every namespace."""
+
+    caught_by = frozenset({"test_default_namespace_lists_only_its_own"})
+
+    def _spaces(self) -> list[dict[str, _Stored]]:
+        if self.options.namespace:
+            return [self._space]
+        return list(self._store.spaces.values())
+
+
+class ListShowsExpiredManager(_ListVariant, Broken):
+    """Listing forgets the expiry condition."""
+
+    caught_by = frozenset({"test_ttl_expired_session_is_absent"})
+
+    def _select(self, stored: _Stored, user_id: str | None, now: datetime, paged: bool) -> bool:
+        return user_id is None or stored.record.user_id == user_id
+
+
+class UserListShowsExpiredManager(_ListVariant, Broken):
+    """The user-filtered listing query forgets the expiry condition; the other has it."""
+
+    caught_by = frozenset({"test_ttl_expired_session_is_absent"})
+
+    def _select(self, stored: _Stored, user_id: str | None, now: datetime, paged: bool) -> bool:
+        if user_id is not None:
+            return stored.record.user_id == user_id
+        return _live(stored, now) is not None
+
+
+class IgnoresCursorManager(_ListVariant, Broken):
+    """Listing ignores the cursor: every page is the first page (it used to hang the kit)."""
+
+    caught_by = frozenset(
+        {
+            "test_list_paging_visits_each_once",
+            "test_list_ties_page_by_id",
+            "test_list_many_pages_in_order",
+        }
+    )
+
+    def _after(self, record: SessionRecord, after: tuple[datetime, str]) -> bool:
+        return True
+
+
+class CursorDropsTiesManager(_ListVariant, Broken):
+    """The cursor compares created_at alone: sessions tied with the page's last are skipped."""
+
+    caught_by = frozenset(
+        {"test_list_ties_page_by_id", "test_list_user_filter_holds_on_every_page"}
+    )
+
+    def _after(self, record: SessionRecord, after: tuple[datetime, str]) -> bool:
+        return record.created_at < after[0]
+
+
+class CursorRepeatsLastManager(_ListVariant, Broken):
+    """The cursor is inclusive (<=): each page starts with the previous page's last item."""
+
+    caught_by = frozenset({"test_list_paging_visits_each_once", "test_list_many_pages_in_order"})
+
+    def _after(self, record: SessionRecord, after: tuple[datetime, str]) -> bool:
+        return (record.created_at, record.session_id) <= after
+
+
+class TieBreakAscendingManager(_ListVariant, Broken):
+    """Ties on created_at are ordered by session_id ascending (``ORDER BY created_at DESC, id``)."""
+
+    caught_by = frozenset({"test_list_ties_page_by_id"})
+
+    def _key(self, record: SessionRecord) -> tuple[Any, ...]:
+        return (record.created_at, [-ord(c) for c in record.session_id])
+
+    def _after(self, record: SessionRecord, after: tuple[datetime, str]) -> bool:
+        return self._key(record) < (after[0], [-ord(c) for c in after[1]])
+
+
+class OrderByUpdatedManager(_ListVariant, Broken):
+    """Listing orders by updated_at, so a save moves a session to the front."""
+
+    caught_by = frozenset({"test_list_order_ignores_updates"})
+
+    def _key(self, record: SessionRecord) -> tuple[Any, ...]:
+        return (record.updated_at, record.session_id)
+
+
+class OldestFirstManager(_ListVariant, Broken):
+    """Listing returns the oldest sessions first."""
+
+    caught_by = frozenset({"test_list_newest_created_first", "test_list_many_pages_in_order"})
+
+    def _key(self, record: SessionRecord) -> tuple[Any, ...]:
+        return (-to_micros(record.created_at), record.session_id)
+
+    def _after(self, record: SessionRecord, after: tuple[datetime, str]) -> bool:
+        return self._key(record) < (-to_micros(after[0]), after[1])
+
+
+class UserFilterFirstPageOnlyManager(_ListVariant, Broken):
+    """The paged listing query (with a cursor) forgets the user filter."""
+
+    caught_by = frozenset({"test_list_user_filter_holds_on_every_page"})
+
+    def _select(self, stored: _Stored, user_id: str | None, now: datetime, paged: bool) -> bool:
+        return super()._select(stored, None if paged else user_id, now, paged)
+
+
+class ShortPagesManager(_ListVariant, Broken):
+    """Listing returns one session fewer than asked for, so paging stops early."""
+
+    caught_by = frozenset({"test_list_paging_visits_each_once", "test_list_many_pages_in_order"})
+
+    def _cut(self, records: list[SessionRecord], limit: int) -> list[SessionRecord]:
+        return records[: limit - 1]
+
+
+class StaleSummaryManager(_ListVariant, Broken):
+    """Summaries report the creation's updated_at and version (a stale listing index)."""
+
+    caught_by = frozenset({"test_list_returns_summaries"})
+
+    def _summary(self, record: SessionRecord) -> SessionSummary:
+        return replace(record, updated_at=record.created_at, version=1).summary()
+
+
+# -- ids and namespaces ------------------------------------------------------------------
+
+
+class _KeyedManager(MemorySessionManager):
+    """Stores under a key derived from the id (and namespace); records keep the real id."""
+
+    def _key(self, session_id: str) -> str:
+        return session_id
+
+    @property
+    def _space(self) -> dict[str, _Stored]:
+        return self._store.spaces.setdefault(self.options.namespace, {})
+
+    async def _create(self, record: SessionRecord, now: datetime) -> None:
+        with self._store.lock:
+            key = self._key(record.session_id)
+            if _live(self._space.get(key), now) is not None:
+                raise SessionExistsError(record.session_id)
+            self._space[key] = _Stored(record, [])
+
+    async def _load(
+        self, session_id: str, last_events: int | None, now: datetime
+    ) -> LoadedSession | None:
+        with self._store.lock:
+            stored = _live(self._space.get(self._key(session_id)), now)
+            if stored is None:
+                return None
+            texts = _tail(stored.events, last_events)
+            record = replace(stored.record, session_id=session_id)
+        return LoadedSession(record, decode_events(texts))
+
+    async def _save(self, request: SaveRequest, now: datetime) -> None:
+        key = self._key(request.record.session_id)
+        with self._store.lock:
+            stored = _live(self._space.get(key), now)
+            if stored is None:
+                raise SessionNotFoundError(request.record.session_id)
+            if stored.record.version != request.expected_version:
+                raise SessionConflictError(request.record.session_id, request.expected_version)
+            stored.record = replace(
+                request.record, user_id=stored.record.user_id, created_at=stored.record.created_at
+            )
+            del stored.events[request.keep :]
+            stored.events.extend(event.data for event in request.new_events)
+
+    async def _delete(self, session_id: str, now: datetime) -> bool:
+        with self._store.lock:
+            stored = self._space.pop(self._key(session_id), None)
+        return _live(stored, now) is not None
+
+
+class CaseFoldedIdsManager(_KeyedManager, Broken):
+    """Ids are keyed case-insensitively (a NOCASE collation, a lower-cased key)."""
+
+    caught_by = frozenset({"test_ids_differing_in_case_space_or_metacharacters_are_distinct"})
+
+    def _key(self, session_id: str) -> str:
+        return session_id.casefold()
+
+
+class StrippedIdsManager(_KeyedManager, Broken):
+    """Ids are keyed with surrounding whitespace stripped (a form-field habit)."""
+
+    caught_by = frozenset({"test_ids_differing_in_case_space_or_metacharacters_are_distinct"})
+
+    def _key(self, session_id: str) -> str:
+        return session_id.strip()
+
+
+class FlatKeyspaceManager(_KeyedManager, Broken):
+    """Every namespace shares one keyspace, keyed by namespace + id with no separator."""
+
+    caught_by = frozenset({"test_namespace_and_id_never_collide"})
+
+    @property
+    def _space(self) -> dict[str, _Stored]:
+        return self._store.spaces.setdefault("", {})
+
+    def _key(self, session_id: str) -> str:
+        return self.options.namespace + session_id
+
+    async def _list(
+        self, user_id: str | None, limit: int, after: tuple[datetime, str] | None, now: datetime
+    ) -> list[SessionSummary]:
+        prefix = self.options.namespace
+        with self._store.lock:
+            records = [
+                stored.record
+                for key, stored in self._space.items()
+                if key.startswith(prefix)
+                and _live(stored, now) is not None
+                and (user_id is None or stored.record.user_id == user_id)
+            ]
+        records.sort(key=lambda r: (r.created_at, r.session_id), reverse=True)
+        if after is not None:
+            records = [r for r in records if (r.created_at, r.session_id) < after]
+        return [record.summary() for record in records[:limit]]
+
+
+class ColonKeyspaceManager(FlatKeyspaceManager):
+    """One keyspace keyed ``namespace:id``, and the default namespace's keys are bare ids."""
+
+    caught_by = frozenset({"test_namespace_and_id_never_collide"})
+
+    def _key(self, session_id: str) -> str:
+        namespace = self.options.namespace
+        return f"{namespace}:{session_id}" if namespace else session_id
+
+
+# -- SQLite based ------------------------------------------------------------------------
+
+
+class _SQLiteBroken(SQLiteSessionManager):
+    """A SQLite backend whose hooks run one replaced statement function."""
+
+    async def _write(self, fn: Any, *args: Any) -> Any:
+        writer, _ = self._links()
+        return await writer.write(fn, self.options.namespace, *args)
+
+
+def _delete_row_only(conn: sqlite3.Connection, ns: str, session_id: str, now: int) -> bool:
+    row = conn.execute(sqlite_impl._SELECT_EXPIRY, (ns, session_id)).fetchone()
+    if row is None:
+        return False
+    conn.execute(sqlite_impl._DELETE_SESSION, (ns, session_id))
+    return row[0] is None or row[0] > now
+
+
+class SQLiteDeleteLeavesEventsManager(_SQLiteBroken, Broken):
+    """delete() removes the session row and forgets the event rows."""
+
+    caught_by = frozenset({"test_delete_erases_all_storage"})
+
+    async def _delete(self, session_id: str, now: datetime) -> bool:
+        result: bool = await self._write(_delete_row_only, session_id, to_micros(now))
+        return result
+
+
+def _delete_user_rows_only(conn: sqlite3.Connection, ns: str, user_id: str, now: int) -> int:
+    (live,) = conn.execute(sqlite_impl._COUNT_LIVE_OF_USER, (ns, user_id, now)).fetchone()
+    conn.execute(sqlite_impl._DELETE_SESSIONS_OF_USER, (ns, user_id))
+    return int(live)
+
+
+class SQLiteDeleteUserLeavesEventsManager(_SQLiteBroken, Broken):
+    """delete_user() removes the session rows and forgets their event rows."""
+
+    caught_by = frozenset({"test_delete_user_erases_hundreds_of_sessions"})
+
+    async def _delete_user(self, user_id: str, now: datetime) -> int:
+        result: int = await self._write(_delete_user_rows_only, user_id, to_micros(now))
+        return result
+
+
+def _delete_user_one_batch(conn: sqlite3.Connection, ns: str, user_id: str, now: int) -> int:
+    ids = [
+        sid
+        for (sid,) in conn.execute(
+            "SELECT session_id FROM agentsessions_sessions WHERE namespace = ? AND user_id = ?"
+            " LIMIT 100",
+            (ns, user_id),
+        )
+    ]
+    for sid in ids:
+        sqlite_impl._delete(conn, ns, sid, now)
+    return len(ids)
+
+
+class SQLiteDeleteUserOneBatchManager(_SQLiteBroken, Broken):
+    """delete_user() deletes the first 100 sessions of the user and stops."""
+
+    caught_by = frozenset({"test_delete_user_erases_hundreds_of_sessions"})
+
+    async def _delete_user(self, user_id: str, now: datetime) -> int:
+        result: int = await self._write(_delete_user_one_batch, user_id, to_micros(now))
+        return result
+
+
+def _purge_rows_only(conn: sqlite3.Connection, ns: str, now: int) -> int:
+    return conn.execute(sqlite_impl._DELETE_EXPIRED, (ns, now)).rowcount
+
+
+class SQLitePurgeLeavesEventsManager(_SQLiteBroken, Broken):
+    """purge_expired() deletes expired session rows and forgets their event rows."""
+
+    caught_by = frozenset({"test_purge_expired_removes_exactly_the_expired"})
+
+    async def _purge_expired(self, now: datetime) -> int:
+        result: int = await self._write(_purge_rows_only, to_micros(now))
+        return result
+
+
+def _save_without_truncate(
+    conn: sqlite3.Connection, ns: str, request: SaveRequest, now: int
+) -> None:
+    sqlite_impl._save(conn, ns, replace(request, stored_event_count=request.keep), now)
+
+
+class SQLiteTruncateLeavesRowsManager(_SQLiteBroken, Broken):
+    """A save that removes events from the end never deletes their rows."""
+
+    caught_by = frozenset({"test_save_removes_events_from_end", "test_save_clears_events"})
+
+    async def _save(self, request: SaveRequest, now: datetime) -> None:
+        if request.new_events:
+            await super()._save(request, now)
+        else:
+            await self._write(_save_without_truncate, request, to_micros(now))
+
+
+def _save_positions_from_one(
+    conn: sqlite3.Connection, ns: str, request: SaveRequest, now: int
+) -> None:
+    moved = [replace(event, position=event.position + 1) for event in request.new_events]
+    sqlite_impl._save(conn, ns, replace(request, new_events=moved), now)
+
+
+class SQLiteOffByOnePositionsManager(_SQLiteBroken, Broken):
+    """Event rows are numbered from 1 (reads still come back in order)."""
+
+    caught_by = frozenset({"test_save_appends_events", "test_delete_erases_all_storage"})
+
+    async def _save(self, request: SaveRequest, now: datetime) -> None:
+        await self._write(_save_positions_from_one, request, to_micros(now))
+
+
+def _create_keeping_events(
+    conn: sqlite3.Connection, ns: str, record: SessionRecord, now: int
+) -> bool:
+    cursor = conn.execute(
+        sqlite_impl._CREATE,
+        (
+            ns,
+            record.session_id,
+            record.user_id,
+            record.state,
+            record.version,
+            to_micros(record.created_at),
+            to_micros(record.updated_at),
+            None if record.expires_at is None else to_micros(record.expires_at),
+            record.event_count,
+            now,
+        ),
+    )
+    return cursor.rowcount > 0
+
+
+class SQLiteCreateKeepsOldEventsManager(_SQLiteBroken, Broken):
+    """create() over an expired session reuses its row and keeps its old event rows."""
+
+    caught_by = frozenset({"test_ttl_expired_id_can_be_created_again"})
+
+    async def _create(self, record: SessionRecord, now: datetime) -> None:
+        if not await self._write(_create_keeping_events, record, to_micros(now)):
+            raise SessionExistsError(record.session_id)
+
+
+class SQLiteWallClockManager(_SQLiteBroken, Broken):
+    """Reads compare expiry with the machine's clock, not the manager's."""
+
+    caught_by = frozenset({"test_ttl_expired_session_is_absent", "test_ttl_save_refreshes_expiry"})
+
+    async def _load(
+        self, session_id: str, last_events: int | None, now: datetime
+    ) -> LoadedSession | None:
+        return await super()._load(session_id, last_events, _real_now())
+
+
+class SQLiteNoVersionCheckManager(_SQLiteBroken, Broken):
+    """The save's UPDATE has no version condition: the last writer wins."""
+
+    caught_by = frozenset(
+        {"test_save_stale_copy_raises_conflict", "test_update_retries_a_lost_race"}
+    )
+
+    async def _save(self, request: SaveRequest, now: datetime) -> None:
+        loaded = await self._load(request.record.session_id, 0, now)
+        if loaded is not None:
+            request = replace(request, expected_version=loaded.record.version)
+        await super()._save(request, now)
+
+
+def _broken_classes() -> dict[str, type[SessionManager]]:
+    found: dict[str, type[SessionManager]] = {}
+    for name, value in list(globals().items()):
+        if (
+            isinstance(value, type)
+            and issubclass(value, Broken)
+            and issubclass(value, SessionManager)
+            and "caught_by" in vars(value)
+        ):
+            found[name.removesuffix("Manager")] = value
+    return found
+
+
+#: Name -> broken backend class (its ``caught_by`` names the clauses that catch it).
+BROKEN: dict[str, type[SessionManager]] = _broken_classes()
+#: The real backends the broken ones derive from: they pass every clause used here.
+REFERENCES: dict[str, type[SessionManager]] = {
+    "Memory": MemorySessionManager,
+    "SQLite": SQLiteSessionManager,
+}
