@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from agentsessions import InvalidOptionError, StorageFullError, connect
 from agentsessions_redis import RedisSessionManager
+from agentsessions_testservers import start_redis
 from redis.asyncio import Redis
-from servers import start_redis
 
 PASSWORD = "zq9kw"
 
