@@ -120,7 +120,7 @@ class SessionTooLargeError(SessionSerializationError, InvalidInputError):
 
     def __init__(self, path: str, size: int, limit: int) -> None:
         super().__init__(
-            path, f"encodes to {size:,} bytes; this backend stores at most {limit:,} bytes"
+            path, f"encodes to {size} bytes; this backend stores at most {limit} bytes"
         )
         self.size = size
         self.limit = limit
