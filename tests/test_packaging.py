@@ -47,6 +47,13 @@ def _project(directory: str) -> dict[str, Any]:
     return project
 
 
+def test_the_test_tooling_cannot_be_uploaded() -> None:
+    project = _project("tools/testservers")
+    assert "Private :: Do Not Upload" in project["classifiers"]
+    assert project["license-files"] == ["LICENSE"]
+    assert (ROOT / "tools/testservers/LICENSE").read_bytes() == (ROOT / "LICENSE").read_bytes()
+
+
 def test_nox_builds_exactly_these_distributions() -> None:
     tree = ast.parse((ROOT / "noxfile.py").read_text(encoding="utf-8"))
     built = next(

@@ -17,6 +17,7 @@ _ENGINES = {
     "postgres": "postgres",
     "redis": "redis",
     "rediss": "redis",
+    "redis+unix": "redis",
     "unix": "redis",
     "redis+cluster": "redis-cluster",
     "mongodb": "mongo",

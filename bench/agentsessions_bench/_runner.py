@@ -39,8 +39,10 @@ class Config:
     updates_per_writer: int = 5
     #: A phase that takes longer than this is abandoned and the store reported failed.
     phase_timeout: float = 600.0
-    #: The instrumentation case: turns per arm per round (0 skips it), and the history.
+    #: The instrumentation case: turns per arm per round (0 skips it), its rounds (not
+    #: fewer with --quick: they rotate which arm's manager is made first), the history.
     overhead_turns: int = 300
+    overhead_rounds: int = 3
     overhead_history: int = 100
 
     @classmethod

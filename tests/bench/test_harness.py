@@ -107,7 +107,7 @@ async def test_report_marks_targets_and_renders_every_store() -> None:
 async def test_the_instrumentation_case_times_both_arms_and_renders() -> None:
     from agentsessions_bench._overhead import measure_instrumentation, render_instrumentation
 
-    config = dataclasses.replace(TINY, rounds=1, overhead_turns=4, overhead_history=5)
+    config = dataclasses.replace(TINY, overhead_rounds=1, overhead_turns=4, overhead_history=5)
     (row,) = await measure_instrumentation({"memory": "memory://"}, config)
     assert row["engine"] == "memory"
     assert row["disabled_ms"] > 0 and row["enabled_ms"] > 0

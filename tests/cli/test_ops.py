@@ -143,7 +143,7 @@ def test_errors_are_one_line_with_exit_codes_and_masked_passwords(cli: Run) -> N
 def test_backends_lists_installed_schemes(cli: Run) -> None:
     result = cli("backends", "--json")
     assert result.returncode == 0
-    rows = {row["scheme"]: row for row in json.loads(result.stdout)}
+    rows = {row["scheme"]: row for row in json.loads(result.stdout)["backends"]}
     assert rows["memory"]["distribution"] == "agentsessions"
     assert rows["memory"]["capabilities"]["ttl"] is True
 

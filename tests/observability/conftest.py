@@ -7,6 +7,7 @@ tests, and every test leaves the global instrumentation switched off.
 
 from __future__ import annotations
 
+import socket
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -94,6 +95,20 @@ def telemetry() -> Iterator[Telemetry]:
 def _global_instrumentation_off() -> Iterator[None]:
     yield
     agentsessions.uninstrument()
+
+
+def closed_loopback_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def lose_the_race(rival: agentsessions.SessionManager, session_id: str) -> None:
+    """Save *session_id* through *rival*, so that any copy loaded before is now stale."""
+    other = await rival.get(session_id)
+    assert other is not None
+    await rival.save(other)
 
 
 @dataclass

@@ -4,7 +4,6 @@ retries exhausted; standard `logging` records with structured fields."""
 from __future__ import annotations
 
 import logging
-import socket
 from datetime import datetime
 from pathlib import Path
 
@@ -18,6 +17,8 @@ from agentsessions import (
 )
 from agentsessions.backend import LoadedSession
 from agentsessions.instrumentation import OPERATIONS
+
+from .conftest import closed_loopback_port, lose_the_race
 
 
 def _events(caplog: pytest.LogCaptureFixture, event: str) -> list[logging.LogRecord]:
@@ -87,9 +88,7 @@ async def test_a_server_that_cannot_be_reached_is_logged_once_not_per_call(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     pytest.importorskip("agentsessions_postgres")
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = closed_loopback_port()
     caplog.set_level(logging.INFO, logger="agentsessions")
     manager = connect(f"postgresql://app@127.0.0.1:{port}/db?connect_timeout=2")
     try:
@@ -113,9 +112,7 @@ async def test_an_update_that_runs_out_of_retries_says_so(
         await manager.create("hot")
 
         async def always_lose(session: Session) -> None:
-            other = await rival.get("hot")
-            assert other is not None
-            await rival.save(other)
+            await lose_the_race(rival, "hot")
 
         with pytest.raises(SessionConflictError):
             await manager.update("hot", always_lose, retries=2)

@@ -5,7 +5,6 @@ PostgreSQL (the SDK's in-memory exporter and metric reader read them back)."""
 from __future__ import annotations
 
 import asyncio
-import socket
 from typing import Any
 
 import agentsessions
@@ -13,7 +12,7 @@ import pytest
 from agentsessions import BackendUnavailableError, Session, SessionConflictError, _json, connect
 from opentelemetry.trace import SpanKind, StatusCode
 
-from .conftest import Store, Telemetry
+from .conftest import Store, Telemetry, closed_loopback_port, lose_the_race
 
 
 def _type_name(cls: type) -> str:
@@ -54,6 +53,7 @@ async def test_every_operation_is_a_client_span_with_its_attributes(
         assert await manager.delete("s1")
         assert await manager.delete_user("ada") == 1
         purged = await manager.purge_expired()
+        moved = await manager.restore(full.model_copy(update={"session_id": "moved"}))
     assert full is not None and tail is not None
 
     roots = telemetry.roots()
@@ -72,6 +72,7 @@ async def test_every_operation_is_a_client_span_with_its_attributes(
             "delete",
             "delete_user",
             "purge_expired",
+            "restore",
         )
     ]
     for span in telemetry.spans():
@@ -116,6 +117,10 @@ async def test_every_operation_is_a_client_span_with_its_attributes(
     assert by_op["delete"][0]["agentsessions.sessions"] == 1
     assert by_op["delete_user"][0]["agentsessions.sessions"] == 1
     assert by_op["purge_expired"][0]["agentsessions.sessions"] == purged
+    restored = by_op["restore"][0]
+    assert restored["agentsessions.version"] == moved.version == 2
+    assert restored["agentsessions.events.written"] == 2
+    assert restored["agentsessions.bytes.written"] == _written_bytes(moved, 2)
 
     # update() runs a get and a save inside its own span.
     update_span = next(s for s in roots if s.name.startswith("update"))
@@ -133,12 +138,13 @@ async def test_every_operation_is_a_client_span_with_its_attributes(
     assert set(durations) >= {"open", "update", "list_sessions", "delete", "delete_user"}
     assert all(point.sum > 0 for point in durations.values())
     system = store.backend["db.system.name"]
-    assert telemetry.total("agentsessions.events.written", **{"db.system.name": system}) == 3
+    assert telemetry.total("agentsessions.events.written", **{"db.system.name": system}) == 5
     assert telemetry.total("agentsessions.bytes.written", **{"db.system.name": system}) == (
         created["agentsessions.bytes.written"]
         + saved["agentsessions.bytes.written"]
         + update["agentsessions.bytes.written"]
         + by_op["create"][1]["agentsessions.bytes.written"]
+        + restored["agentsessions.bytes.written"]
     )
 
 
@@ -193,9 +199,7 @@ async def test_update_that_gives_up_counts_its_last_conflict_as_no_retry(
         await manager.create("hot")
 
         async def always_lose(session: Session) -> None:
-            other = await rival.get("hot")
-            assert other is not None
-            await rival.save(other)
+            await lose_the_race(rival, "hot")
 
         with pytest.raises(SessionConflictError):
             await manager.update("hot", always_lose, retries=1)
@@ -248,15 +252,9 @@ async def test_ids_and_messages_only_when_the_application_opts_in(
     assert "chat-1" in str(message)
 
 
-def _closed_loopback_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 async def test_an_unreachable_server_is_counted_once_per_call(telemetry: Telemetry) -> None:
     pytest.importorskip("agentsessions_postgres")
-    port = _closed_loopback_port()
+    port = closed_loopback_port()
     manager = connect(
         f"postgresql://app@127.0.0.1:{port}/agents?connect_timeout=2",
         instrument=telemetry.plugin(),

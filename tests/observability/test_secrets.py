@@ -5,7 +5,6 @@ not even with ``record_ids=True`` (which puts exception messages on spans)."""
 from __future__ import annotations
 
 import logging
-import socket
 from datetime import datetime
 from typing import Any
 
@@ -20,7 +19,7 @@ from agentsessions import (
 )
 from agentsessions.backend import LoadedSession
 
-from .conftest import Telemetry
+from .conftest import Telemetry, closed_loopback_port
 
 PASSWORD = "pw-S3CRET-41x"
 
@@ -58,6 +57,7 @@ async def _every_operation(manager: SessionManager) -> None:
 async def test_a_password_never_leaves_on_a_working_server(
     postgres_url: str, telemetry: Telemetry, caplog: pytest.LogCaptureFixture
 ) -> None:
+    pytest.importorskip("agentsessions_postgres")
     # The private test server trusts loopback, so any password is accepted and ignored.
     head, _, rest = postgres_url.partition("://")
     user_host = rest.split("/", 1)[0]
@@ -74,18 +74,12 @@ async def test_a_password_never_leaves_on_a_working_server(
     assert PASSWORD not in everything
 
 
-def _closed_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 async def test_a_password_never_leaves_when_the_server_is_unreachable(
     telemetry: Telemetry, caplog: pytest.LogCaptureFixture
 ) -> None:
     pytest.importorskip("agentsessions_postgres")
     caplog.set_level(logging.DEBUG, logger="agentsessions")
-    url = f"postgresql://app:{PASSWORD}@127.0.0.1:{_closed_port()}/db?connect_timeout=2"
+    url = f"postgresql://app:{PASSWORD}@127.0.0.1:{closed_loopback_port()}/db?connect_timeout=2"
     manager = connect(url, instrument=telemetry.plugin(record_ids=True))
     try:
         for _ in range(2):

@@ -8,6 +8,7 @@ through the `SessionManager` it returns. Backend authors start at
 from ._clock import Clock, SystemClock
 from ._errors import (
     BackendConflictError,
+    BackendPluginError,
     BackendUnavailableError,
     InvalidInputError,
     InvalidOptionError,
@@ -41,6 +42,7 @@ from ._version import __version__
 
 __all__ = [
     "BackendConflictError",
+    "BackendPluginError",
     "BackendSpec",
     "BackendUnavailableError",
     "Capabilities",

@@ -16,7 +16,8 @@ wrong before any I/O happens also derives from `ValueError`, so
     │   ├── InvalidSessionIdError    empty, blank, too long or not a string
     │   └── InvalidOptionError       an unknown connect() option or a bad value for one
     ├── UnknownBackendError          no installed backend handles the URL's scheme
-    ├── BackendConflictError         two distributions claim one URL scheme
+    ├── BackendConflictError         several distributions claim one URL scheme
+    ├── BackendPluginError           the plugin serving a URL scheme is broken
     ├── BackendUnavailableError      the server cannot be reached (the URL is masked)
     │   └── StorageFullError         the server refuses writes because it is out of space
     └── ManagerClosedError           a call on a manager after close()
@@ -28,6 +29,7 @@ from collections.abc import Iterable
 
 __all__ = [
     "BackendConflictError",
+    "BackendPluginError",
     "BackendUnavailableError",
     "InvalidInputError",
     "InvalidOptionError",
@@ -145,7 +147,24 @@ class UnknownBackendError(SessionError):
 
 
 class BackendConflictError(SessionError):
-    """Two installed distributions claim the same URL scheme."""
+    """Several installed distributions claim one URL scheme and none is chosen.
+
+    Only that scheme is affected; the message names the distributions and how to
+    choose one (uninstall the others, or the ``AGENTSESSIONS_BACKENDS`` override).
+    """
+
+
+class BackendPluginError(SessionError):
+    """The installed plugin serving a URL scheme cannot be used: its module fails to
+    import, fails pluggy's hook validation, or does not provide the scheme.
+
+    Only that scheme is affected; ``distributions`` names the one at fault.
+    """
+
+    def __init__(self, scheme: str, distributions: tuple[str, ...], message: str) -> None:
+        super().__init__(message)
+        self.scheme = scheme
+        self.distributions = distributions
 
 
 class BackendUnavailableError(SessionError):

@@ -1,7 +1,7 @@
 """Instrumentation: a pluggy hook around every public manager operation, free when off.
 
 An instrumented manager gets, in its own instance dictionary, a wrapper for each
-operation in `OPERATIONS` (and for the two write hooks, to count what a save writes);
+operation in `OPERATIONS` (and for the write hooks, to count what each write stores);
 the class's methods are untouched. A manager nobody instruments has no wrapper at all,
 so switching instrumentation off costs nothing on any call: no flag is even checked.
 
@@ -168,14 +168,6 @@ def _start_save(op: Operation, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
     op.user_id = _str(getattr(session, "user_id", None))
 
 
-def _start_restore(op: Operation, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-    _start_save(op, args, kwargs)
-    session = args[0] if args else kwargs.get("session")
-    events = getattr(session, "events", None)
-    if isinstance(events, list):
-        op.events_written = len(events)
-
-
 def _start_user(op: Operation, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
     op.user_id = _str(args[0] if args else kwargs.get("user_id"))
 
@@ -214,7 +206,7 @@ _End = Callable[[Operation, Any], None]
 _DESCRIBE: dict[str, tuple[_Start, _End]] = {
     "open": (_start_nothing, _end_nothing),
     "create": (_start_create, _end_session),
-    "restore": (_start_restore, _end_session),
+    "restore": (_start_save, _end_session),
     "get": (_start_read, _end_session),
     "save": (_start_save, _end_nothing),
     "update": (_start_read, _end_session),
@@ -297,49 +289,54 @@ def _wrap_operation(manager: SessionManager, name: str, hooks: _Hooks) -> Callab
     return call
 
 
-def _wrap_create_hook(manager: SessionManager) -> Callable[..., Any]:
-    original = type(manager)._create.__get__(manager)
+def _written(op: Operation, record: Any, events: Any) -> None:
+    op.events_written += len(events)
+    op.bytes_written += _count_bytes(record.state) + sum(_count_bytes(e.data) for e in events)
+
+
+def _count_create(op: Operation, record: Any, now: Any) -> None:
+    _written(op, record, ())
+
+
+def _count_save(op: Operation, request: Any, now: Any) -> None:
+    _written(op, request.record, request.new_events)
+    op.events_removed += request.stored_event_count - request.keep
+    op.version = request.record.version
+
+
+def _count_restore(op: Operation, record: Any, events: Any, now: Any) -> None:
+    _written(op, record, events)
+
+
+# The backend hooks that write, and what each call of one wrote (counted once it returned).
+_WRITE_HOOKS: dict[str, Callable[..., None]] = {
+    "_create": _count_create,
+    "_save": _count_save,
+    "_restore": _count_restore,
+}
+_WRAPPED = (*OPERATIONS, *_WRITE_HOOKS)
+
+
+def _wrap_write_hook(manager: SessionManager, name: str) -> Callable[..., Any]:
+    original = getattr(type(manager), name).__get__(manager)
+    count = _WRITE_HOOKS[name]
 
     @functools.wraps(original)
-    async def _create(*args: Any, **kwargs: Any) -> None:
+    async def hook(*args: Any, **kwargs: Any) -> None:
         await original(*args, **kwargs)
         op = _current.get()
         if op is not None:
-            record = args[0] if args else kwargs["record"]
-            op.bytes_written += _count_bytes(record.state)
+            count(op, *args, **kwargs)
 
-    return _create
-
-
-def _wrap_save_hook(manager: SessionManager) -> Callable[..., Any]:
-    original = type(manager)._save.__get__(manager)
-
-    @functools.wraps(original)
-    async def _save(*args: Any, **kwargs: Any) -> None:
-        await original(*args, **kwargs)
-        op = _current.get()
-        if op is not None:
-            request = args[0] if args else kwargs["request"]
-            new_events = request.new_events
-            op.events_written += len(new_events)
-            op.events_removed += request.stored_event_count - request.keep
-            op.bytes_written += _count_bytes(request.record.state) + sum(
-                _count_bytes(event.data) for event in new_events
-            )
-            op.version = request.record.version
-
-    return _save
-
-
-_WRAPPED = (*OPERATIONS, "_create", "_save")
+    return hook
 
 
 def _install(manager: SessionManager, hooks: _Hooks) -> None:
     attributes = vars(manager)
     for name in OPERATIONS:
         attributes[name] = _wrap_operation(manager, name, hooks)
-    attributes["_create"] = _wrap_create_hook(manager)
-    attributes["_save"] = _wrap_save_hook(manager)
+    for name in _WRITE_HOOKS:
+        attributes[name] = _wrap_write_hook(manager, name)
 
 
 def _uninstall(manager: SessionManager) -> None:

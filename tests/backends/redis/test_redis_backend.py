@@ -7,7 +7,9 @@ import asyncio
 import subprocess
 import sys
 import uuid
+import warnings
 from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import agentsessions_testservers as servers
@@ -436,3 +438,22 @@ def test_plugin_module_does_not_import_redis() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     assert "redis+cluster" in done.stdout
+
+
+def test_redis_unix_is_the_socket_scheme_and_unix_is_deprecated(tmp_path: Path) -> None:
+    socket = tmp_path / "absent.sock"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        manager = connect(f"redis+unix://{socket}?connect_timeout=2")
+    assert isinstance(manager, RedisSessionManager) and not manager.cluster
+    with pytest.warns(DeprecationWarning, match=r"use redis\+unix://"):
+        old = connect(f"unix://{socket}")
+    assert isinstance(old, RedisSessionManager)
+
+    async def open_it() -> None:
+        async with manager:
+            pass
+
+    # No server on that socket: redis-py was handed a Unix socket path, not a host.
+    with pytest.raises(BackendUnavailableError, match=r"absent\.sock|No such file"):
+        asyncio.run(open_it())

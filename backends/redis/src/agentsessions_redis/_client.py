@@ -1,7 +1,8 @@
 """Building the redis-py client a URL asks for: one server, or a Redis Cluster.
 
-``redis://``, ``rediss://`` and ``unix://`` go to `redis.asyncio.Redis.from_url`
-unchanged. ``redis+cluster://[user:password@]host:port[,host:port...]`` (and
+``redis://`` and ``rediss://`` go to `redis.asyncio.Redis.from_url` unchanged, and
+``redis+unix://`` (or its deprecated name ``unix://``) as the ``unix://`` URL redis-py
+knows. ``redis+cluster://[user:password@]host:port[,host:port...]`` (and
 ``rediss+cluster://`` for TLS) becomes a `redis.asyncio.cluster.RedisCluster` whose
 startup nodes are all the listed hosts; driver parameters in the query string (TLS
 files, client_name...) are passed through as redis-py parses them.
@@ -17,9 +18,10 @@ from agentsessions.backend import parse_server_url
 from redis.asyncio import Redis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 
-__all__ = ["CLUSTER_SCHEMES", "check_url", "make_client", "split_cluster_url"]
+__all__ = ["CLUSTER_SCHEMES", "SOCKET_SCHEMES", "check_url", "make_client", "split_cluster_url"]
 
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
+SOCKET_SCHEMES = ("redis+unix", "unix")
 _DEFAULT_PORT = 6379
 
 
@@ -34,7 +36,7 @@ def check_url(url: str) -> int:
     scheme = url.partition("://")[0].lower()
     parts = parse_server_url(url, multi_host=scheme in CLUSTER_SCHEMES)
     db = 0
-    if parts.path and scheme != "unix":  # unix:// has the socket's path there
+    if parts.path and scheme not in SOCKET_SCHEMES:  # there it is the socket's path
         db = _db_number(parts.path, "the URL's path")
     if "db" in parts.query:
         db = _db_number(parts.query["db"], "in the query")
@@ -70,4 +72,6 @@ def make_client(url: str, settings: dict[str, Any]) -> Redis | RedisCluster:
             startup_nodes=[ClusterNode(host, port) for host, port in nodes[1:]],
             **settings,
         )
+    if scheme in SOCKET_SCHEMES:
+        url = "unix://" + url.partition("://")[2]
     return Redis.from_url(url, **settings)

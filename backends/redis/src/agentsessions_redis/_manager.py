@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -113,7 +114,7 @@ class _Fix:
 
 
 class RedisSessionManager(SessionManager):
-    """Sessions in Redis (``redis://``, ``rediss://``, ``unix://``) or a Redis Cluster
+    """Sessions in Redis (``redis://``, ``rediss://``, ``redis+unix://``) or a Redis Cluster
     (``redis+cluster://host:port,host:port``), through redis.asyncio."""
 
     Options: ClassVar[type[ManagerOptions]] = RedisOptions
@@ -148,7 +149,14 @@ class RedisSessionManager(SessionManager):
 
     def __init__(self, url: str, options: ManagerOptions | None = None) -> None:
         super().__init__(url, options)
-        self.cluster = url.partition("://")[0].lower() in CLUSTER_SCHEMES
+        scheme = url.partition("://")[0].lower()
+        if scheme == "unix":
+            warnings.warn(
+                "the unix:// URL scheme is deprecated: use redis+unix:// (same form)",
+                DeprecationWarning,
+                stacklevel=4,
+            )
+        self.cluster = scheme in CLUSTER_SCHEMES
         self.db = check_url(url)  # a malformed URL fails at connect(), not at first use
         self.keys = KeyLayout(self.options.namespace)
         self._client: Redis | RedisCluster | None = None

@@ -17,7 +17,9 @@ __all__ = ["agentsessions_backends"]
 def agentsessions_backends() -> list[BackendSpec]:
     return [
         BackendSpec(
-            schemes=("redis", "rediss", "unix", "redis+cluster", "rediss+cluster"),
+            # "unix" is the deprecated name of "redis+unix" (a generic name that other
+            # engines' plugins may claim too); it keeps working, with a warning.
+            schemes=("redis", "rediss", "redis+unix", "unix", "redis+cluster", "rediss+cluster"),
             manager="agentsessions_redis._manager:RedisSessionManager",
             distribution="agentsessions-redis",
             version=__version__,

@@ -10,6 +10,7 @@ import json
 import os
 import sys
 import tempfile
+import warnings
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -32,7 +33,7 @@ from rich.text import Text
 from .._errors import InvalidInputError, PartialSessionError, SessionSerializationError
 from .._manager import SessionManager, check_restorable
 from .._models import Session, SessionSummary
-from .._registry import connect, installed_backends
+from .._registry import backend_problems, connect, installed_backends
 from .._transfer import PRESERVED_FIELDS, Outcome, differences, iter_batches, transfer_many
 from ._common import (
     EXIT_CODES_HELP,
@@ -120,12 +121,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _backends(args: argparse.Namespace) -> int:
+    """Every scheme, and every broken or conflicting plugin; exit 0 even then (the
+    problems are what this command is asked to show)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # an ignored claim is listed below as a problem
+        specs = installed_backends()
+        problems = backend_problems()
     rows = []
-    for scheme, spec in sorted(installed_backends().items()):
+    for scheme, spec in sorted(specs.items()):
         try:
             capabilities: dict[str, Any] | str = dataclasses.asdict(spec.load().capabilities)
-        except ImportError as exc:  # the plugin is there but its driver is not
-            capabilities = f"cannot load: {exc}"
+        except Exception as exc:  # the plugin is there but its manager or driver is not
+            capabilities = f"cannot load: {type(exc).__name__}: {exc}"
         rows.append(
             {
                 "scheme": scheme,
@@ -134,8 +141,17 @@ def _backends(args: argparse.Namespace) -> int:
                 "capabilities": capabilities,
             }
         )
+    broken: list[dict[str, Any]] = [
+        {
+            "scheme": problem.scheme,
+            "distributions": list(problem.distributions),
+            "usable": problem.usable,
+            "error": f"{type(problem.error).__name__}: {problem.error}",
+        }
+        for problem in problems
+    ]
     if args.json:
-        print(json.dumps(rows, indent=2))
+        print(json.dumps({"backends": rows, "problems": broken}, indent=2))
         return EXIT_OK
     table = Table("scheme", "distribution", "version", "capabilities")
     for row in rows:
@@ -148,6 +164,15 @@ def _backends(args: argparse.Namespace) -> int:
             )
         table.add_row(str(row["scheme"]), str(row["distribution"]), str(row["version"]), caps)
     console.print(table)
+    if broken:
+        issues = Table("scheme", "distributions", "problem", title="plugin problems")
+        for item in broken:
+            issues.add_row(
+                str(item["scheme"]) + ("" if not item["usable"] else " (works)"),
+                ", ".join(item["distributions"]),
+                str(item["error"]),
+            )
+        console.print(issues)
     return EXIT_OK
 
 
