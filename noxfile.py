@@ -28,7 +28,16 @@ nox.options.default_venv_backend = "uv"
 nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_missing_interpreters = False
 nox.options.download_python = "never"
-nox.options.sessions = ["lint", "typecheck", "tests", "conformance", "dist", "docs", "lowest"]
+nox.options.sessions = [
+    "lint",
+    "typecheck",
+    "tests",
+    "conformance",
+    "faults",
+    "dist",
+    "docs",
+    "lowest",
+]
 
 SUPPORTED_PYTHONS = ("3.10", "3.11", "3.12", "3.13", "3.14")
 
@@ -88,7 +97,9 @@ def tests(session: nox.Session) -> None:
     tests/backends (memory included) is run per backend by `conformance`.
     """
     session.install(*TEST_DEPS, *OTEL_TEST_DEPS, "redis>=5.3", *_editable(*MEMBERS))
-    session.run("pytest", "tests", "--ignore=tests/backends", *session.posargs)
+    session.run(
+        "pytest", "tests", "--ignore=tests/backends", "--ignore=tests/faults", *session.posargs
+    )
 
 
 @nox.session(python=PYTHON)
@@ -100,6 +111,18 @@ def conformance(session: nox.Session, backend: str) -> None:
         members.append(f"backends/{backend}")
     session.install(*TEST_DEPS, *_editable(*members))
     session.run("pytest", f"tests/backends/{backend}", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def faults(session: nox.Session) -> None:
+    """Fault injection against private servers: deadlines, restarts, freezes, kill -9.
+
+    Every backend at once, on servers this run starts and stops itself (never the
+    machine's own); prints a summary of calls, errors by type, lost and doubled saves
+    and recovery times. ``-s`` shows it with pytest's output.
+    """
+    session.install(*TEST_DEPS, *_editable(*MEMBERS))
+    session.run("pytest", "tests/faults", "-rA", *session.posargs)
 
 
 @nox.session

@@ -9,6 +9,7 @@ from ._clock import Clock, SystemClock
 from ._errors import (
     BackendConflictError,
     BackendPluginError,
+    BackendTimeoutError,
     BackendUnavailableError,
     InvalidInputError,
     InvalidOptionError,
@@ -44,6 +45,7 @@ __all__ = [
     "BackendConflictError",
     "BackendPluginError",
     "BackendSpec",
+    "BackendTimeoutError",
     "BackendUnavailableError",
     "Capabilities",
     "Clock",

@@ -19,6 +19,7 @@ wrong before any I/O happens also derives from `ValueError`, so
     ├── BackendConflictError         several distributions claim one URL scheme
     ├── BackendPluginError           the plugin serving a URL scheme is broken
     ├── BackendUnavailableError      the server cannot be reached (the URL is masked)
+    │   ├── BackendTimeoutError      the call did not finish within its deadline (``timeout``)
     │   └── StorageFullError         the server refuses writes because it is out of space
     └── ManagerClosedError           a call on a manager after close()
 """
@@ -30,6 +31,7 @@ from collections.abc import Iterable
 __all__ = [
     "BackendConflictError",
     "BackendPluginError",
+    "BackendTimeoutError",
     "BackendUnavailableError",
     "InvalidInputError",
     "InvalidOptionError",
@@ -177,6 +179,22 @@ class BackendUnavailableError(SessionError):
         super().__init__(f"backend at {url} is unavailable: {reason}")
         self.url = url
         self.reason = reason
+
+
+class BackendTimeoutError(BackendUnavailableError):
+    """A call did not finish within its deadline, the manager's ``timeout`` option.
+
+    Also raised when a driver timeout shorter than the deadline (an engine-specific
+    option such as ``socket_timeout``) gave up first; ``reason`` then says which.
+    ``operation`` names the public method (``"save"``), ``timeout`` the deadline in
+    seconds. Whatever the call was doing was abandoned and its connection discarded.
+    """
+
+    def __init__(self, url: str, operation: str, timeout: float, reason: str = "") -> None:
+        detail = f"{operation}() did not finish within its {timeout:g} s deadline"
+        super().__init__(url, f"{detail} ({reason})" if reason else detail)
+        self.operation = operation
+        self.timeout = timeout
 
 
 class StorageFullError(BackendUnavailableError):

@@ -11,6 +11,7 @@ import abc
 import asyncio
 import inspect
 import random
+import secrets
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -21,9 +22,11 @@ from typing import Annotated, Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from . import _instrumentation, _json, _log
+from . import _deadline, _instrumentation, _json, _log
 from ._clock import SYSTEM_CLOCK, Clock
+from ._deadline import ErrorRule
 from ._errors import (
+    BackendTimeoutError,
     BackendUnavailableError,
     InvalidInputError,
     InvalidOptionError,
@@ -31,6 +34,7 @@ from ._errors import (
     ManagerClosedError,
     PartialSessionError,
     SessionConflictError,
+    SessionError,
     SessionExistsError,
     SessionNotFoundError,
     SessionOwnershipError,
@@ -52,6 +56,7 @@ from ._tracking import LoadedState, mark_loaded
 from ._urls import mask_url, scrub_secret, split_url
 
 __all__ = [
+    "DEFAULT_TIMEOUT",
     "MAX_ID_LENGTH",
     "MAX_LAST_EVENTS",
     "MAX_POOL_SIZE",
@@ -72,6 +77,8 @@ MAX_ID_LENGTH = 255
 MAX_LAST_EVENTS = 2**31 - 1
 MAX_PAGE_SIZE = 1000
 DEFAULT_UPDATE_RETRIES = 64
+#: Seconds every call may take end to end, unless the ``timeout`` option says otherwise.
+DEFAULT_TIMEOUT = 10.0
 
 ManagerT = TypeVar("ManagerT", bound="SessionManager")
 
@@ -151,6 +158,13 @@ class ManagerOptions(BaseModel):
         pattern=r"^[A-Za-z0-9_]*$",
         description="isolates applications that share one server",
     )
+    timeout: float = Field(
+        default=DEFAULT_TIMEOUT,
+        gt=0,
+        le=3600,
+        description="seconds any one call may take end to end (connecting, waiting for a "
+        "pooled connection and retries included) before it raises BackendTimeoutError",
+    )
 
 
 class SessionManager(abc.ABC):
@@ -158,6 +172,24 @@ class SessionManager(abc.ABC):
 
     Get one with `agentsessions.connect`; use it with ``async with`` or call
     `close` when done. A manager is safe to share between tasks of one event loop.
+
+    Every call ends within the ``timeout`` option (seconds, default 10), end to end:
+    connecting, waiting for a pooled connection and retries included. Past it the call
+    raises `BackendTimeoutError` (a `BackendUnavailableError`) naming the operation; its
+    connection is discarded and the manager keeps working once the server is back.
+
+    After an error a caller may assume:
+
+    * input errors (`InvalidInputError`, `SessionSerializationError`,
+      `PartialSessionError`): nothing reached the server;
+    * `SessionExistsError`, `SessionNotFoundError`, `SessionOwnershipError`,
+      `SessionConflictError`: a definite answer, nothing was written;
+    * `BackendUnavailableError` / `BackendTimeoutError` (or a cancellation) from a
+      read: nothing changed; from ``save``: the save may or may not have landed (whole,
+      never half), and ``save(session)`` again with the session unchanged re-sends it
+      with the same token, so it lands at most once; from ``update``: it has re-sent
+      its save until its deadline, so *fn*'s change is stored once or not at all;
+      from ``create`` or ``delete``: it may or may not have happened.
     """
 
     #: The options model; a backend subclasses `ManagerOptions` to add its own (and
@@ -166,6 +198,10 @@ class SessionManager(abc.ABC):
     options: ManagerOptions
     #: Query parameters that belong to the driver and stay in the URL.
     driver_query_params: ClassVar[frozenset[str]] = frozenset()
+    #: The driver exceptions that mean "the server cannot serve this call", and the
+    #: error each becomes (first matching rule wins). The base class applies them to
+    #: every call, so a backend's hooks let driver exceptions propagate.
+    driver_errors: ClassVar[tuple[ErrorRule, ...]] = ()
     #: What this backend supports beyond the mandatory operations. A backend whose
     #: capabilities depend on its URL (SQLite's ``:memory:``) sets it per instance.
     capabilities: Capabilities = Capabilities()
@@ -245,17 +281,20 @@ class SessionManager(abc.ABC):
             return
         if self._closed:
             raise ManagerClosedError(f"{self!r} is closed")
-        if self._open_lock is None:
-            self._open_lock = asyncio.Lock()
-        async with self._open_lock:
-            if not self._opened:
-                try:
-                    await self._open()
-                except BackendUnavailableError as exc:
-                    _instrumentation.connection_failed(self, exc)
-                    raise
-                self._opened = True
-                _instrumentation.connection_opened(self)
+        async with _deadline.call(self, "open"):
+            if self._open_lock is None:
+                self._open_lock = asyncio.Lock()
+            async with self._open_lock:
+                if not self._opened:
+                    try:
+                        await self._open()
+                    except BaseException as exc:
+                        error = exc if isinstance(exc, SessionError) else self._translate(exc)
+                        if isinstance(error, BackendUnavailableError):
+                            _instrumentation.connection_failed(self, error)
+                        raise
+                    self._opened = True
+                    _instrumentation.connection_opened(self)
 
     async def close(self) -> None:
         """Release connections. Idempotent; the manager cannot be used afterwards."""
@@ -264,7 +303,8 @@ class SessionManager(abc.ABC):
         self._closed = True
         if self._opened:
             self._opened = False
-            await self._close()
+            async with _deadline.call(self, "close"):
+                await self._close()
 
     async def __aenter__(self: ManagerT) -> ManagerT:
         await self.open()
@@ -291,6 +331,12 @@ class SessionManager(abc.ABC):
         validate_id(session_id)
         _optional_id(user_id, "user_id")
         state_json = self._encode_state({} if state is None else state)
+        async with _deadline.call(self, "create"):
+            return await self._create_checked(session_id, user_id, state_json)
+
+    async def _create_checked(
+        self, session_id: str, user_id: str | None, state_json: str
+    ) -> Session:
         await self._ready()
         now = self.clock.now()
         record = SessionRecord(
@@ -333,10 +379,11 @@ class SessionManager(abc.ABC):
         """
         checked = check_restorable(session)
         self._check_event_sizes(checked.events, 0)
-        await self._ready()
-        now = self.clock.now()
-        record = replace(checked.record, expires_at=self._expiry(now))
-        await self._restore(record, checked.events, now)
+        async with _deadline.call(self, "restore"):
+            await self._ready()
+            now = self.clock.now()
+            record = replace(checked.record, expires_at=self._expiry(now))
+            await self._restore(record, checked.events, now)
         restored = Session.model_construct(
             session_id=record.session_id,
             user_id=record.user_id,
@@ -367,8 +414,9 @@ class SessionManager(abc.ABC):
             # More than any session holds means "all of them", and keeps the number
             # inside what every engine's LIMIT / Lua number / index arithmetic takes.
             last_events = min(last_events, MAX_LAST_EVENTS)
-        await self._ready()
-        loaded = await self._load(session_id, last_events, self.clock.now())
+        async with _deadline.call(self, "get"):
+            await self._ready()
+            loaded = await self._load(session_id, last_events, self.clock.now())
         if loaded is None:
             return None
         record = loaded.record
@@ -389,36 +437,52 @@ class SessionManager(abc.ABC):
 
     async def get_or_create(self, session_id: str, user_id: str | None = None) -> Session:
         """Get the session, creating it if absent. Concurrent callers share one creation."""
-        while True:
-            session = await self.get(session_id, user_id=user_id)
-            if session is not None:
-                return session
-            try:
-                return await self.create(session_id, user_id)
-            except SessionExistsError:
-                continue  # someone else created it between our get and create: read theirs
+        async with _deadline.call(self, "get_or_create"):
+            while True:
+                session = await self.get(session_id, user_id=user_id)
+                if session is not None:
+                    return session
+                try:
+                    return await self.create(session_id, user_id)
+                except SessionExistsError:
+                    continue  # created by someone else between our get and create: read it
 
     async def save(self, session: Session) -> None:
         """Persist what changed since *session* was loaded: all of it, or nothing.
 
         Raises `SessionConflictError` if another save landed since the load, and
         `SessionNotFoundError` if the session was deleted, expired or never created.
+
+        Each save carries a unique token, stored atomically with the version it
+        creates. If a save raises `BackendUnavailableError` (or `BackendTimeoutError`,
+        or is cancelled), it may or may not have landed; calling ``save(session)``
+        again with the session unchanged re-sends the same save with the same token,
+        which the backend recognises: if the first one landed, nothing is written again
+        and the retry simply succeeds. Change the session in between and the retry is
+        a new save (a `SessionConflictError` then means the first one landed).
         """
         if not isinstance(session, Session):
             raise InvalidInputError(f"save() takes a Session, not {type(session).__name__}")
         session_id = validate_id(session.session_id)
         _optional_id(session.user_id, "user_id")
         state_json = self._encode_state(session.state)
-        events = session.events
-        if not isinstance(events, list):
+        if not isinstance(session.events, list):
             raise InvalidInputError(
                 f"session {session_id!r}: events must be a list of Event, "
-                f"not {type(events).__name__}"
+                f"not {type(session.events).__name__}"
             )
         loaded = self._tracking_of(session)
+        async with _deadline.call(self, "save"):
+            await self._save_checked(session, state_json, loaded)
+
+    async def _save_checked(
+        self, session: Session, state_json: str, loaded: LoadedState | None
+    ) -> None:
         await self._ready()
         if loaded is None:
             loaded = await self._adopt(session)
+            session._loaded = loaded
+        events = session.events
         base = loaded.events
         keep_in_window = loaded.unchanged_prefix(events)
         removed = len(base) - keep_in_window
@@ -453,11 +517,24 @@ class SessionManager(abc.ABC):
             stored_event_count=loaded.offset + len(base),
             keep=keep,
             new_events=new_events,
+            token=new_token(),
         )
-        await self._save(request, now)
+        pending = loaded.pending
+        if pending is not None and pending.same_change(request):
+            # A retry of a save that failed ambiguously: the very same request, token
+            # and timestamps included, so a copy that landed is recognised.
+            request = pending
+            now = request.record.updated_at
+        loaded.pending = request
+        try:
+            await self._save(request, now)
+        except SessionError as exc:
+            if not isinstance(exc, BackendUnavailableError):
+                loaded.pending = None  # a definite answer: this save did not land
+            raise
+        loaded.pending = None
         session.version = new_version
         session.updated_at = now
-        session._loaded = loaded
         loaded.saved(session, new_version, keep_in_window)
 
     def _encode_state(self, state: object) -> str:
@@ -493,7 +570,8 @@ class SessionManager(abc.ABC):
         if session.version != loaded.version:
             # Copied before the original's last save: the copy is a stale one.
             raise SessionConflictError(session.session_id, session.version)
-        return loaded.fork(session)
+        session._loaded = fork = loaded.fork(session)
+        return fork
 
     async def _adopt(self, session: Session) -> LoadedState:
         """A Session built by hand: save it as a full rewrite of the stored one."""
@@ -538,27 +616,45 @@ class SessionManager(abc.ABC):
         *fn* may be sync or async and must be safe to run more than once. With
         ``create=True`` an absent session is created first; otherwise absent raises
         `SessionNotFoundError`. After *retries* conflicts the last one is raised.
+
+        The whole call, retries included, is bounded by the ``timeout`` option. A save
+        that fails with `BackendUnavailableError` may have landed, so it is re-sent
+        with its token (see `save`) until it gets a definite answer: *fn*'s change is
+        never applied twice. If the deadline passes first, `BackendTimeoutError` is
+        raised and the change may or may not be stored (`get` tells).
         """
-        for attempt in range(retries + 1):
-            if create:
-                session: Session | None = await self.get_or_create(session_id, user_id)
-            else:
-                session = await self.get(session_id, user_id=user_id)
-            if session is None:
-                raise SessionNotFoundError(session_id)
-            result = fn(session)
-            if inspect.isawaitable(result):
-                await result
+        async with _deadline.call(self, "update"):
+            for attempt in range(retries + 1):
+                if create:
+                    session: Session | None = await self.get_or_create(session_id, user_id)
+                else:
+                    session = await self.get(session_id, user_id=user_id)
+                if session is None:
+                    raise SessionNotFoundError(session_id)
+                result = fn(session)
+                if inspect.isawaitable(result):
+                    await result
+                try:
+                    await self._save_until_answered(session)
+                except SessionConflictError:
+                    if attempt >= retries:
+                        _log.retries_exhausted(self, retries)
+                        raise
+                    await backoff(attempt)
+                    continue
+                return session
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _save_until_answered(self, session: Session) -> None:
+        """Save; re-send while the outcome is unknown (bounded by the call's deadline)."""
+        attempt = 0
+        while True:
             try:
                 await self.save(session)
-            except SessionConflictError:
-                if attempt >= retries:
-                    _log.retries_exhausted(self, retries)
-                    raise
-                await backoff(attempt)
-                continue
-            return session
-        raise AssertionError("unreachable")  # pragma: no cover
+                return
+            except BackendUnavailableError:
+                attempt += 1
+                await backoff(attempt, cap=0.5)
 
     @asynccontextmanager
     async def session(
@@ -573,21 +669,23 @@ class SessionManager(abc.ABC):
         """Delete a session and its events; False if it was not stored."""
         validate_id(session_id)
         _optional_id(user_id, "user_id")
-        await self._ready()
-        now = self.clock.now()
-        if user_id is not None:
-            loaded = await self._load(session_id, 0, now)
-            if loaded is None:
-                return False
-            if loaded.record.user_id != user_id:
-                raise SessionOwnershipError(session_id, user_id)
-        return await self._delete(session_id, now)
+        async with _deadline.call(self, "delete"):
+            await self._ready()
+            now = self.clock.now()
+            if user_id is not None:
+                loaded = await self._load(session_id, 0, now)
+                if loaded is None:
+                    return False
+                if loaded.record.user_id != user_id:
+                    raise SessionOwnershipError(session_id, user_id)
+            return await self._delete(session_id, now)
 
     async def delete_user(self, user_id: str) -> int:
         """Erase every session of *user_id*; returns how many were deleted."""
         validate_id(user_id, "user_id")
-        await self._ready()
-        return await self._delete_user(user_id, self.clock.now())
+        async with _deadline.call(self, "delete_user"):
+            await self._ready()
+            return await self._delete_user(user_id, self.clock.now())
 
     async def list_sessions(
         self, *, user_id: str | None = None, limit: int = 100, cursor: str | None = None
@@ -603,8 +701,9 @@ class SessionManager(abc.ABC):
                 f"limit must be an int from 1 to {MAX_PAGE_SIZE}, not {limit!r}"
             )
         after = None if cursor is None else decode_cursor(cursor)
-        await self._ready()
-        items = await self._list(user_id, limit + 1, after, self.clock.now())
+        async with _deadline.call(self, "list_sessions"):
+            await self._ready()
+            items = await self._list(user_id, limit + 1, after, self.clock.now())
         if len(items) <= limit:
             return SessionPage(items=items, next_cursor=None)
         last = items[limit - 1]
@@ -614,8 +713,9 @@ class SessionManager(abc.ABC):
 
     async def purge_expired(self) -> int:
         """Remove expired sessions now; returns how many. Expired ones are already invisible."""
-        await self._ready()
-        return await self._purge_expired(self.clock.now())
+        async with _deadline.call(self, "purge_expired"):
+            await self._ready()
+            return await self._purge_expired(self.clock.now())
 
     # -- helpers for backends ---------------------------------------------------------
 
@@ -624,13 +724,36 @@ class SessionManager(abc.ABC):
         ttl = self.options.ttl
         return None if ttl is None else now + timedelta(seconds=ttl)
 
-    def _unavailable(self, exc: BaseException) -> BackendUnavailableError:
-        """A `BackendUnavailableError` for *exc*, with every trace of the password masked."""
+    def _unavailable(
+        self, exc: BaseException, kind: type[BackendUnavailableError] = BackendUnavailableError
+    ) -> BackendUnavailableError:
+        """A *kind* error for *exc*, with every trace of the password masked."""
         reason = scrub_secret(f"{type(exc).__name__}: {exc}", self._url)
-        error = BackendUnavailableError(self.url, reason)
+        if issubclass(kind, BackendTimeoutError):
+            error: BackendUnavailableError = self._timed_out(f"the driver gave up first: {reason}")
+        else:
+            error = kind(self.url, reason)
         if self._opened:
             _instrumentation.connection_lost(self, error)
         return error
+
+    def _timed_out(self, reason: str) -> BackendTimeoutError:
+        """A `BackendTimeoutError` for the running call, saying why in *reason*."""
+        operation, timeout = _deadline.current_operation(self) or ("call", self.options.timeout)
+        return BackendTimeoutError(self.url, operation, timeout, reason)
+
+    def _translate(self, exc: BaseException) -> SessionError | None:
+        """The error *exc* stands for under `driver_errors`; None if it is not a driver's.
+
+        A backend may extend it for driver errors that are not about availability."""
+        for rule in self.driver_errors:
+            if rule.matches(exc):
+                return self._unavailable(exc, rule.kind)
+        return None
+
+    def _remaining(self, cap: float | None = None) -> float:
+        """Seconds left before the running call's deadline, at most *cap*: for driver timeouts."""
+        return _deadline.remaining(self, cap)
 
     def _migrations_applied(self, from_version: int, to_version: int) -> None:
         """Log that `_open` migrated the schema (operators want to know when)."""
@@ -915,7 +1038,12 @@ def _aware(what: str, value: object) -> datetime:
     return value.astimezone(timezone.utc) if value.utcoffset() else value
 
 
-async def backoff(attempt: int) -> None:
-    """Sleep a jittered, growing moment, so that contending writers spread out
-    instead of colliding again (used by every optimistic retry loop)."""
-    await asyncio.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))
+async def backoff(attempt: int, cap: float = 0.05) -> None:
+    """Sleep a jittered, growing moment (at most *cap* seconds), so that contending
+    writers spread out instead of colliding again (used by every retry loop)."""
+    await asyncio.sleep(random.uniform(0, min(cap, 0.001 * 2 ** min(attempt, 20))))
+
+
+def new_token() -> str:
+    """A save's unique token: 128 random bits as 32 hex characters."""
+    return secrets.token_hex(16)

@@ -8,6 +8,7 @@ manager; ``memory://NAME`` is shared by every manager in the process that uses N
 from __future__ import annotations
 
 import threading
+from collections import deque
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
@@ -15,6 +16,7 @@ from ._errors import SessionConflictError, SessionExistsError, SessionNotFoundEr
 from ._manager import ManagerOptions, SessionManager
 from ._models import SessionSummary
 from ._records import (
+    TOKENS_KEPT,
     Capabilities,
     EventRecord,
     LoadedSession,
@@ -31,6 +33,7 @@ __all__ = ["MemorySessionManager"]
 class _Stored:
     record: SessionRecord
     events: list[str]
+    tokens: deque[str] = field(default_factory=lambda: deque(maxlen=TOKENS_KEPT))
 
 
 @dataclass
@@ -117,6 +120,8 @@ class MemorySessionManager(SessionManager):
             stored = _live(self._space.get(session_id), now)
             if stored is None:
                 raise SessionNotFoundError(session_id)
+            if request.token in stored.tokens:
+                return  # a retry of a save that landed
             if stored.record.version != request.expected_version:
                 raise SessionConflictError(session_id, request.expected_version)
             # Ownership and creation time never change through a save.
@@ -129,6 +134,7 @@ class MemorySessionManager(SessionManager):
             # reader can see a half-applied save.
             del stored.events[request.keep :]
             stored.events.extend(event.data for event in request.new_events)
+            stored.tokens.append(request.token)
 
     async def _delete(self, session_id: str, now: datetime) -> bool:
         with self._store.lock:

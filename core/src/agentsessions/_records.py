@@ -25,12 +25,17 @@ __all__ = [
     "LoadedSession",
     "SaveRequest",
     "SessionRecord",
+    "TOKENS_KEPT",
     "decode_cursor",
     "decode_events",
     "encode_cursor",
     "from_micros",
     "to_micros",
 ]
+
+#: How many of a session's latest save tokens a backend keeps (see `SaveRequest`): a
+#: retry is recognised as long as fewer saves than this landed after it.
+TOKENS_KEPT = 32
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _MICROSECOND = timedelta(microseconds=1)
@@ -130,6 +135,11 @@ class SaveRequest:
        the common case of a plain append: skip the statement),
     2. insert ``new_events`` (their positions start at ``keep``),
     3. write ``record`` (new version, state, updated_at, expires_at, event_count).
+
+    ``token`` makes it idempotent: store it atomically with the version the save
+    creates, keep the tokens of at least the last `TOKENS_KEPT` saves of the session,
+    and check them FIRST: a request whose token is already stored landed before (its
+    first attempt failed ambiguously) and succeeds at once without writing anything.
     """
 
     record: SessionRecord
@@ -137,6 +147,18 @@ class SaveRequest:
     stored_event_count: int
     keep: int
     new_events: list[EventRecord]
+    token: str = ""
+
+    def same_change(self, other: SaveRequest) -> bool:
+        """Whether *other* writes what this request writes (tokens and times aside)."""
+        return (
+            self.expected_version == other.expected_version
+            and self.keep == other.keep
+            and self.record.state == other.record.state
+            and self.record.event_count == other.record.event_count
+            and [event.data for event in self.new_events]
+            == [event.data for event in other.new_events]
+        )
 
     @property
     def truncates(self) -> bool:

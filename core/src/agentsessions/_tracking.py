@@ -13,9 +13,12 @@ import operator
 import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, SupportsIndex
+from typing import TYPE_CHECKING, Any, SupportsIndex
 
 from ._models import Event, Session
+
+if TYPE_CHECKING:
+    from ._records import SaveRequest
 
 __all__ = ["EventList", "LoadedState", "common_prefix", "mark_loaded"]
 
@@ -109,6 +112,9 @@ class LoadedState:
     session_id: str
     owner: weakref.ref[Session] | None = None  # the Session object this state tracks
     ids: set[str] | None = None  # ids of `events`, built on the first save that needs it
+    # The save last sent whose outcome is unknown (it failed ambiguously): re-sent,
+    # token and all, when the session is saved again unchanged.
+    pending: SaveRequest | None = None
 
     def owned_by(self, session: Session) -> bool:
         """Whether this is *session*'s own tracking (not that of the object it was copied from)."""

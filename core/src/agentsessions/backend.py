@@ -31,6 +31,7 @@ What every hook may rely on, and must honour:
   which masks the password.
 """
 
+from ._deadline import ErrorRule
 from ._manager import (
     MAX_LAST_EVENTS,
     MAX_POOL_SIZE,
@@ -43,6 +44,7 @@ from ._manager import (
     validate_id,
 )
 from ._records import (
+    TOKENS_KEPT,
     Capabilities,
     EventRecord,
     LoadedSession,
@@ -72,6 +74,7 @@ __all__ = [
     "PERCENT_ENCODING_HINT",
     "BackendSpec",
     "Capabilities",
+    "ErrorRule",
     "EventRecord",
     "LoadedSession",
     "ManagerOptions",
@@ -80,6 +83,7 @@ __all__ = [
     "ServerURL",
     "SessionManager",
     "SessionRecord",
+    "TOKENS_KEPT",
     "Timeout",
     "decode_cursor",
     "decode_events",

@@ -51,6 +51,9 @@ async def make_manager(
 
     async def make(**options: Any) -> MongoSessionManager:
         options.setdefault("namespace", namespace)
+        # SecantusDB is a single Python process: on a busy CI machine a 2,500-event
+        # restore can outlast the 10 s default. The deadline is tested in tests/faults.
+        options.setdefault("timeout", 60)
         manager = connect(mongo_url, **options)
         assert isinstance(manager, MongoSessionManager)
         await manager.open()

@@ -394,7 +394,7 @@ async def test_concurrent_first_use_migrates_once(
     versions = await admin.fetch(
         f"SELECT version FROM {quote_ident(schema)}.agentsessions_schema_version"
     )
-    assert [row[0] for row in versions] == [LATEST_VERSION]
+    assert [row[0] for row in versions] == list(range(1, LATEST_VERSION + 1))
     count = await admin.fetchval(
         f"SELECT count(*) FROM {quote_ident(schema)}.agentsessions_sessions"
     )
@@ -421,7 +421,7 @@ async def test_concurrent_first_use_from_processes_migrates_once(
     versions = await admin.fetch(
         f"SELECT version FROM {quote_ident(schema)}.agentsessions_schema_version"
     )
-    assert [row[0] for row in versions] == [LATEST_VERSION]
+    assert [row[0] for row in versions] == list(range(1, LATEST_VERSION + 1))
 
 
 async def test_a_schema_from_a_newer_release_is_refused(
@@ -467,7 +467,7 @@ async def test_statement_timeout_is_set_on_the_server(schema_url: str) -> None:
     async with pg(schema_url, statement_timeout=0.25) as manager:
         async with manager._connection() as connection:
             assert await connection.fetchval("SHOW statement_timeout") == "250ms"
-        with pytest.raises(BackendUnavailableError, match="QueryCanceledError"):
+        with pytest.raises(asyncpg.exceptions.QueryCanceledError):
             async with manager._connection() as connection:
                 await connection.execute("SELECT pg_sleep(2)")
         await manager.create("after-timeout")  # the pool is fine afterwards

@@ -150,7 +150,7 @@ async def test_migration_from_an_older_schema(
         session = await manager.create("kept", "u")
         session.add_event("user", "hello")
         await manager.save(session)
-    assert _stored_version(raw) == 1
+    assert _stored_version(raw) == _schema.SCHEMA_VERSION
 
     # A later release adds a step; the database written by this release must upgrade.
     step = ("ALTER TABLE agentsessions_sessions ADD COLUMN label TEXT",)
@@ -160,7 +160,7 @@ async def test_migration_from_an_older_schema(
         stored = await manager.get("kept")
     assert stored is not None
     assert [e.content for e in stored.events] == ["hello"]
-    assert _stored_version(raw) == 2
+    assert _stored_version(raw) == _schema.SCHEMA_VERSION + 1
     columns = [row[1] for row in raw.execute("PRAGMA table_info(agentsessions_sessions)")]
     assert "label" in columns
 
@@ -177,7 +177,7 @@ async def test_failed_migration_changes_nothing(
     monkeypatch.setattr(_schema.migrate, "__defaults__", ([*_schema.MIGRATIONS, steps],))
     with pytest.raises(BackendUnavailableError, match="no such table"):
         await agentsessions.connect(db_url).open()
-    assert _stored_version(raw) == 1
+    assert _stored_version(raw) == _schema.SCHEMA_VERSION
     columns = [row[1] for row in raw.execute("PRAGMA table_info(agentsessions_sessions)")]
     assert "label" not in columns, "half a migration was committed"
 

@@ -37,21 +37,26 @@ from __future__ import annotations
 
 import contextlib
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any, ClassVar
+from urllib.parse import parse_qs, urlsplit
 
 from agentsessions import (
+    BackendTimeoutError,
     InvalidInputError,
     InvalidOptionError,
     SessionConflictError,
+    SessionError,
     SessionExistsError,
     SessionNotFoundError,
     SessionSerializationError,
     SessionSummary,
 )
 from agentsessions.backend import (
+    TOKENS_KEPT,
     Capabilities,
+    ErrorRule,
     EventRecord,
     LoadedSession,
     ManagerOptions,
@@ -120,6 +125,18 @@ _TOO_LARGE_CODES = frozenset({10334, 17419, 17420})
 
 Doc = dict[str, Any]
 
+#: The driver's "cannot reach or use the server" errors. ``timeout`` is pymongo's own
+#: flag for every timeout (server selection, socket, timeoutMS), hence the first rule.
+_DRIVER_ERRORS = (
+    ErrorRule((PyMongoError,), BackendTimeoutError, when=lambda exc: bool(exc.timeout)),
+    ErrorRule((ConnectionFailure, ProtocolError, ExecutionTimeout)),
+    ErrorRule((OperationFailure,), when=lambda exc: exc.code in _AUTH_CODES),
+)
+
+
+class _Landed(Exception):
+    """This save's token is already stored: an earlier attempt of it landed."""
+
 
 class MongoSessionManager(SessionManager):
     """Sessions in MongoDB: ``mongodb://[user:pass@]host[:port][,host...]/[database]``.
@@ -129,6 +146,7 @@ class MongoSessionManager(SessionManager):
     """
 
     Options: ClassVar[type[MongoOptions]] = MongoOptions
+    driver_errors = _DRIVER_ERRORS
     driver_query_params: ClassVar[frozenset[str]] = _DRIVER_OPTIONS
     capabilities: Capabilities = Capabilities(
         persistent=True,
@@ -167,35 +185,20 @@ class MongoSessionManager(SessionManager):
         assert self._events_coll is not None, "manager is not open"
         return self._events_coll
 
-    @contextlib.contextmanager
-    def _driver_errors(self) -> Iterator[None]:
-        """Turn the driver's "cannot reach the server" errors into BackendUnavailableError.
-
-        ``from None``: the driver's exception may be chained to ones that repeat the
-        topology; the masked reason carries what is useful.
-        """
-        try:
-            yield
-        except (ConnectionFailure, ProtocolError, ExecutionTimeout) as exc:
-            raise self._unavailable(exc) from None
-        except DocumentTooLarge as exc:
+    def _translate(self, exc: BaseException) -> SessionError | None:
+        if isinstance(exc, DocumentTooLarge):
             # pymongo's own check against the server's limit: never holds the payload.
-            raise SessionSerializationError("document", f"{_TOO_LARGE} ({exc})") from None
-        except InvalidDocument as exc:
-            raise InvalidInputError(f"MongoDB refused a document: {exc}") from None
-        except BulkWriteError as exc:
+            return SessionSerializationError("document", f"{_TOO_LARGE} ({exc})")
+        if isinstance(exc, InvalidDocument):
+            return InvalidInputError(f"MongoDB refused a document: {exc}")
+        if isinstance(exc, BulkWriteError):
             # Its str() holds the documents themselves: report codes and messages only.
             errors = exc.details.get("writeErrors", [])
             if any(error.get("code") in _TOO_LARGE_CODES for error in errors):
-                raise SessionSerializationError("events", _TOO_LARGE) from None
+                return SessionSerializationError("events", _TOO_LARGE)
             reasons = "; ".join(str(error.get("errmsg", ""))[:200] for error in errors[:3])
-            raise self._unavailable(
-                RuntimeError(f"the server refused the write: {reasons}")
-            ) from None
-        except OperationFailure as exc:
-            if exc.code in _AUTH_CODES:
-                raise self._unavailable(exc) from None
-            raise
+            return self._unavailable(RuntimeError(f"the server refused the write: {reasons}"))
+        return super()._translate(exc)
 
     def _remember(self, session_id: str, info: SessionInfo) -> None:
         self._infos[session_id] = info
@@ -206,12 +209,18 @@ class MongoSessionManager(SessionManager):
     async def _open(self) -> None:
         options = self.options
         kwargs: dict[str, Any] = {"tz_aware": True, "tzinfo": timezone.utc}
+        timeout = options.timeout
+        # Every driver wait is bounded by the deadline; a shorter one given wins. A
+        # connect_timeout alone also bounds finding a server (what else is connecting?).
+        selection = options.server_selection_timeout or options.connect_timeout or timeout
+        in_url = {name.lower() for name in parse_qs(urlsplit(self._url).query)}
         for name, value in (
-            ("serverSelectionTimeoutMS", options.server_selection_timeout),
-            ("connectTimeoutMS", options.connect_timeout),
-            ("socketTimeoutMS", options.socket_timeout),
+            ("timeoutMS", timeout),
+            ("serverSelectionTimeoutMS", min(selection, timeout)),
+            ("connectTimeoutMS", min(options.connect_timeout or timeout, timeout)),
+            ("socketTimeoutMS", min(options.socket_timeout or timeout, timeout)),
         ):
-            if value is not None:
+            if name.lower() not in in_url:  # the URL's own ...MS parameter is kept
                 kwargs[name] = max(1, round(value * 1000))
         try:
             client: AsyncMongoClient[Doc] = AsyncMongoClient(self._url, **kwargs)
@@ -231,30 +240,29 @@ class MongoSessionManager(SessionManager):
             prefix = f"{options.namespace}_" if options.namespace else ""
             sessions = database[f"{prefix}sessions"]
             events = database[f"{prefix}events"]
-            with self._driver_errors():
-                await sessions.create_indexes(
-                    [
-                        # Expired sessions are filtered out at read time; the TTL
-                        # monitor (about once a minute) reclaims their documents.
-                        IndexModel([("expires_at", ASCENDING)], expireAfterSeconds=0),
-                        IndexModel([("created_at", DESCENDING), ("_id", DESCENDING)]),
-                        IndexModel(
-                            [
-                                ("user_id", ASCENDING),
-                                ("created_at", DESCENDING),
-                                ("_id", DESCENDING),
-                            ]
-                        ),
-                    ]
-                )
-                await events.create_indexes(
-                    [
-                        IndexModel(
-                            [("session", ASCENDING), ("gen", ASCENDING), ("pos", ASCENDING)],
-                            unique=True,
-                        )
-                    ]
-                )
+            await sessions.create_indexes(
+                [
+                    # Expired sessions are filtered out at read time; the TTL
+                    # monitor (about once a minute) reclaims their documents.
+                    IndexModel([("expires_at", ASCENDING)], expireAfterSeconds=0),
+                    IndexModel([("created_at", DESCENDING), ("_id", DESCENDING)]),
+                    IndexModel(
+                        [
+                            ("user_id", ASCENDING),
+                            ("created_at", DESCENDING),
+                            ("_id", DESCENDING),
+                        ]
+                    ),
+                ]
+            )
+            await events.create_indexes(
+                [
+                    IndexModel(
+                        [("session", ASCENDING), ("gen", ASCENDING), ("pos", ASCENDING)],
+                        unique=True,
+                    )
+                ]
+            )
         except BaseException:
             await client.close()
             raise
@@ -276,8 +284,7 @@ class MongoSessionManager(SessionManager):
         if record.user_id is not None:
             validate_id(record.user_id, "user_id")
         incarnation, gen = ObjectId(), ObjectId()
-        with self._driver_errors():
-            await self._insert_session(session_doc(record, incarnation, gen), now)
+        await self._insert_session(session_doc(record, incarnation, gen), now)
         self._remember(session_id, SessionInfo(1, incarnation, ((0, gen),), 0))
 
     async def _insert_session(self, doc: Doc, now: datetime) -> None:
@@ -331,41 +338,40 @@ class MongoSessionManager(SessionManager):
         session_id = validate_id(record.session_id)
         if record.user_id is not None:
             validate_id(record.user_id, "user_id")
-        with self._driver_errors():
-            for _ in range(_SAVE_ATTEMPTS):
-                incarnation, gen = ObjectId(), ObjectId()
-                doc = session_doc(record, incarnation, gen)
-                info = SessionInfo(record.version, incarnation, ((0, gen),), record.event_count)
-                if not events:  # nothing to write before the publish: it is the insert
-                    await self._insert_session(doc, now)
-                    self._remember(session_id, info)
-                    return
-                doc["expires_at"] = _PENDING
+        for _ in range(_SAVE_ATTEMPTS):
+            incarnation, gen = ObjectId(), ObjectId()
+            doc = session_doc(record, incarnation, gen)
+            info = SessionInfo(record.version, incarnation, ((0, gen),), record.event_count)
+            if not events:  # nothing to write before the publish: it is the insert
                 await self._insert_session(doc, now)
-                mine = {"session": session_id, "incarnation": incarnation}
-                try:
-                    if not await self._insert(
-                        event_docs(session_id, info, gen, ObjectId(), new_event_pairs(events))
-                    ):
-                        raise AssertionError(f"generation {gen} of {session_id!r} had events")
-                    published = await self._sessions.update_one(
-                        {"_id": session_id, "incarnation": incarnation},
-                        {"$set": {"expires_at": expiry_date(record.expires_at)}},
-                    )
-                except BaseException:
-                    await self._quietly(
-                        self._sessions.delete_one({"_id": session_id, "incarnation": incarnation})
-                    )
-                    await self._quietly(self._events.delete_many(mine))
-                    raise
-                if published.matched_count:
-                    self._remember(session_id, info)
-                    return
+                self._remember(session_id, info)
+                return
+            doc["expires_at"] = _PENDING
+            await self._insert_session(doc, now)
+            mine = {"session": session_id, "incarnation": incarnation}
+            try:
+                if not await self._insert(
+                    event_docs(session_id, info, gen, ObjectId(), new_event_pairs(events))
+                ):
+                    raise AssertionError(f"generation {gen} of {session_id!r} had events")
+                published = await self._sessions.update_one(
+                    {"_id": session_id, "incarnation": incarnation},
+                    {"$set": {"expires_at": expiry_date(record.expires_at)}},
+                )
+            except BaseException:
+                await self._quietly(
+                    self._sessions.delete_one({"_id": session_id, "incarnation": incarnation})
+                )
                 await self._quietly(self._events.delete_many(mine))
-                current = await self._sessions.find_one({"_id": session_id}, {"expires_at": 1})
-                if current is not None and not is_expired(current, now):
-                    raise SessionExistsError(session_id)
-                # Deleted or purged while pending (it looked expired): write it again.
+                raise
+            if published.matched_count:
+                self._remember(session_id, info)
+                return
+            await self._quietly(self._events.delete_many(mine))
+            current = await self._sessions.find_one({"_id": session_id}, {"expires_at": 1})
+            if current is not None and not is_expired(current, now):
+                raise SessionExistsError(session_id)
+            # Deleted or purged while pending (it looked expired): write it again.
         raise self._unavailable(
             RuntimeError(f"session {session_id!r} kept vanishing while being restored")
         )
@@ -374,21 +380,20 @@ class MongoSessionManager(SessionManager):
         self, session_id: str, last_events: int | None, now: datetime
     ) -> LoadedSession | None:
         validate_id(session_id)
-        with self._driver_errors():
-            for _ in range(_LOAD_ATTEMPTS):
-                doc = await self._sessions.find_one({"_id": session_id})
-                if doc is None or is_expired(doc, now):
-                    self._infos.pop(session_id, None)
-                    return None
-                info = info_of(doc)
-                self._remember(session_id, info)
-                count = info.event_count
-                low = 0 if last_events is None else max(0, count - last_events)
-                texts = await self._read_texts(session_id, info, low, count)
-                if texts is not None:
-                    return LoadedSession(record_of(doc), decode_events(texts))
-                # A save published since we read the session document and its cleanup
-                # removed events of the version we read: read the new version.
+        for _ in range(_LOAD_ATTEMPTS):
+            doc = await self._sessions.find_one({"_id": session_id})
+            if doc is None or is_expired(doc, now):
+                self._infos.pop(session_id, None)
+                return None
+            info = info_of(doc)
+            self._remember(session_id, info)
+            count = info.event_count
+            low = 0 if last_events is None else max(0, count - last_events)
+            texts = await self._read_texts(session_id, info, low, count)
+            if texts is not None:
+                return LoadedSession(record_of(doc), decode_events(texts))
+            # A save published since we read the session document and its cleanup
+            # removed events of the version we read: read the new version.
         raise self._unavailable(
             RuntimeError(
                 f"session {session_id!r}: its events kept changing or are missing "
@@ -418,20 +423,27 @@ class MongoSessionManager(SessionManager):
 
     async def _save(self, request: SaveRequest, now: datetime) -> None:
         session_id = validate_id(request.record.session_id)
-        with self._driver_errors():
-            for _ in range(_SAVE_ATTEMPTS):
-                info = await self._info_for_save(session_id, request.expected_version, now)
+        for _ in range(_SAVE_ATTEMPTS):
+            try:
+                info = await self._info_for_save(session_id, request, now)
                 if await self._try_save(request, info, now):
                     return
+            except _Landed:
+                return
         raise SessionConflictError(
             session_id, request.expected_version, "the session was replaced while saving"
         )
 
-    async def _info_for_save(self, session_id: str, expected: int, now: datetime) -> SessionInfo:
+    async def _info_for_save(
+        self, session_id: str, request: SaveRequest, now: datetime
+    ) -> SessionInfo:
+        expected = request.expected_version
         cached = self._infos.get(session_id)
         if cached is not None and cached.version == expected:
             return cached
         doc = await self._sessions.find_one({"_id": session_id}, {"state": 0})
+        if doc is not None and request.token in doc.get("tokens", ()):
+            raise _Landed
         if doc is None or is_expired(doc, now):
             raise SessionNotFoundError(session_id)
         info = info_of(doc)
@@ -481,14 +493,17 @@ class MongoSessionManager(SessionManager):
                 "incarnation": info.incarnation,
                 **live_filter(now),
             },
-            {"$set": update},
+            # The token lands with the version (see SaveRequest); the latest are kept.
+            {
+                "$set": update,
+                "$push": {"tokens": {"$each": [request.token], "$slice": -TOKENS_KEPT}},
+            },
         )
         if not published.matched_count:
             if written is not None:
                 await self._quietly(self._discard(session_id, written[0], written[1], writer))
             self._infos.pop(session_id, None)
-            await self._explain_failed_publish(session_id, request.expected_version, now)
-            return False
+            return await self._explain_failed_publish(session_id, request, now)
         self._remember(
             session_id,
             SessionInfo(record.version, info.incarnation, segments, record.event_count),
@@ -532,7 +547,8 @@ class MongoSessionManager(SessionManager):
             if copied is None:
                 # Only a publish after our version removes published events, so this
                 # save has lost: say so the usual way.
-                await self._explain_failed_publish(session_id, request.expected_version, now)
+                if await self._explain_failed_publish(session_id, request, now):
+                    raise _Landed
                 raise SessionConflictError(session_id, request.expected_version)
             pairs.extend(zip(range(start, keep), copied, strict=True))
         pairs.extend(new_event_pairs(request.new_events))
@@ -560,15 +576,22 @@ class MongoSessionManager(SessionManager):
             {"session": session_id, "gen": gen, "pos": {"$gte": first}, "writer": writer}
         )
 
-    async def _explain_failed_publish(self, session_id: str, expected: int, now: datetime) -> None:
-        """Raise why the conditional update matched nothing; return if worth retrying."""
+    async def _explain_failed_publish(
+        self, session_id: str, request: SaveRequest, now: datetime
+    ) -> bool:
+        """Why the conditional update matched nothing: True if *request* landed before
+        (an earlier attempt of this very save), False if worth retrying; else raise."""
+        expected = request.expected_version
         doc = await self._sessions.find_one({"_id": session_id}, {"state": 0})
+        if doc is not None and request.token in doc.get("tokens", ()):
+            return True
         if doc is None or is_expired(doc, now):
             raise SessionNotFoundError(session_id)
         self._remember(session_id, info_of(doc))
         if doc["version"] != expected:
             raise SessionConflictError(session_id, expected)
         # Same version, another incarnation: deleted and re-created since we looked.
+        return False
 
     async def _quietly(self, cleanup: Any) -> None:
         """Run a cleanup whose failure loses nothing (leftovers stay invisible).
@@ -584,17 +607,14 @@ class MongoSessionManager(SessionManager):
     async def _delete(self, session_id: str, now: datetime) -> bool:
         validate_id(session_id)
         self._infos.pop(session_id, None)
-        with self._driver_errors():
-            doc = await self._sessions.find_one_and_delete(
-                {"_id": session_id}, {"incarnation": 1, "expires_at": 1}
-            )
-            if doc is None:
-                # Events a failed earlier delete left behind go now.
-                await self._delete_dead_incarnations(session_id)
-                return False
-            await self._events.delete_many(
-                {"session": session_id, "incarnation": doc["incarnation"]}
-            )
+        doc = await self._sessions.find_one_and_delete(
+            {"_id": session_id}, {"incarnation": 1, "expires_at": 1}
+        )
+        if doc is None:
+            # Events a failed earlier delete left behind go now.
+            await self._delete_dead_incarnations(session_id)
+            return False
+        await self._events.delete_many({"session": session_id, "incarnation": doc["incarnation"]})
         return not is_expired(doc, now)
 
     async def _delete_dead_incarnations(self, session_id: str) -> None:
@@ -615,34 +635,31 @@ class MongoSessionManager(SessionManager):
     async def _delete_user(self, user_id: str, now: datetime) -> int:
         validate_id(user_id, "user_id")
         deleted = 0
-        with self._driver_errors():
-            while True:
-                docs = (
-                    await self._sessions.find(
-                        {"user_id": user_id}, {"incarnation": 1, "expires_at": 1}
-                    )
-                    .limit(_BATCH)
-                    .to_list(None)
+        while True:
+            docs = (
+                await self._sessions.find({"user_id": user_id}, {"incarnation": 1, "expires_at": 1})
+                .limit(_BATCH)
+                .to_list(None)
+            )
+            if not docs:
+                return deleted
+            live = [doc for doc in docs if not is_expired(doc, now)]
+            expired = [doc for doc in docs if is_expired(doc, now)]
+            progress = 0
+            for group in (live, expired):
+                if not group:
+                    continue
+                result = await self._sessions.delete_many(
+                    {"$or": [{"_id": d["_id"], "incarnation": d["incarnation"]} for d in group]}
                 )
-                if not docs:
-                    return deleted
-                live = [doc for doc in docs if not is_expired(doc, now)]
-                expired = [doc for doc in docs if is_expired(doc, now)]
-                progress = 0
-                for group in (live, expired):
-                    if not group:
-                        continue
-                    result = await self._sessions.delete_many(
-                        {"$or": [{"_id": d["_id"], "incarnation": d["incarnation"]} for d in group]}
-                    )
-                    progress += result.deleted_count
-                    if group is live:
-                        deleted += result.deleted_count
-                for doc in docs:
-                    self._infos.pop(doc["_id"], None)
-                await self._delete_events_of(docs)
-                if not progress:
-                    return deleted  # every one changed under us; nothing left to chase
+                progress += result.deleted_count
+                if group is live:
+                    deleted += result.deleted_count
+            for doc in docs:
+                self._infos.pop(doc["_id"], None)
+            await self._delete_events_of(docs)
+            if not progress:
+                return deleted  # every one changed under us; nothing left to chase
 
     async def _delete_events_of(self, docs: list[Doc]) -> None:
         if docs:
@@ -679,13 +696,12 @@ class MongoSessionManager(SessionManager):
             "event_count": 1,
             "version": 1,
         }
-        with self._driver_errors():
-            docs = (
-                await self._sessions.find(query, projection)
-                .sort([("created_at", DESCENDING), ("_id", DESCENDING)])
-                .limit(limit)
-                .to_list(None)
-            )
+        docs = (
+            await self._sessions.find(query, projection)
+            .sort([("created_at", DESCENDING), ("_id", DESCENDING)])
+            .limit(limit)
+            .to_list(None)
+        )
         return [record_of({**doc, "state": ""}).summary() for doc in docs]
 
     async def _purge_expired(self, now: datetime) -> int:
@@ -698,34 +714,33 @@ class MongoSessionManager(SessionManager):
         collection, so it costs a scan of that collection; run it as periodic upkeep.
         """
         purged = 0
-        with self._driver_errors():
-            while True:
-                docs = (
-                    await self._sessions.find({"expires_at": {"$lte": now}}, {"incarnation": 1})
-                    .limit(_BATCH)
-                    .to_list(None)
-                )
-                if not docs:
-                    break
-                result = await self._sessions.delete_many(
-                    {
-                        "$or": [
-                            {
-                                "_id": d["_id"],
-                                "incarnation": d["incarnation"],
-                                "expires_at": {"$lte": now},
-                            }
-                            for d in docs
-                        ]
-                    }
-                )
-                purged += result.deleted_count
-                for doc in docs:
-                    self._infos.pop(doc["_id"], None)
-                await self._delete_events_of(docs)
-                if not result.deleted_count or len(docs) < _BATCH:
-                    break
-            await self._delete_orphaned_events()
+        while True:
+            docs = (
+                await self._sessions.find({"expires_at": {"$lte": now}}, {"incarnation": 1})
+                .limit(_BATCH)
+                .to_list(None)
+            )
+            if not docs:
+                break
+            result = await self._sessions.delete_many(
+                {
+                    "$or": [
+                        {
+                            "_id": d["_id"],
+                            "incarnation": d["incarnation"],
+                            "expires_at": {"$lte": now},
+                        }
+                        for d in docs
+                    ]
+                }
+            )
+            purged += result.deleted_count
+            for doc in docs:
+                self._infos.pop(doc["_id"], None)
+            await self._delete_events_of(docs)
+            if not result.deleted_count or len(docs) < _BATCH:
+                break
+        await self._delete_orphaned_events()
         return purged
 
     async def _delete_orphaned_events(self) -> None:

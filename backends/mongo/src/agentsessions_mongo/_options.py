@@ -3,7 +3,8 @@
 Driver options (``replicaSet``, ``authSource``, ``tls``, ``w``, ``readPreference``...)
 are not ours: they stay in the URL and pymongo reads them exactly as documented for
 every MongoDB driver. Ours are in seconds, like every other agentsessions option; left
-unset, the driver's own default (or the URL's ``...MS`` parameter) applies.
+unset, each is the ``timeout`` option (the deadline of a whole call), and none is ever
+longer than it. A ``...MS`` parameter in the URL is passed to pymongo as it is.
 """
 
 from __future__ import annotations
@@ -29,14 +30,14 @@ class MongoOptions(ManagerOptions):
     server_selection_timeout: Timeout | None = Field(
         default=None,
         description="seconds to wait for a usable server before an operation fails with "
-        "BackendUnavailableError (driver default: 30)",
+        "BackendTimeoutError (default: connect_timeout if given, else the timeout)",
     )
     connect_timeout: Timeout | None = Field(
-        default=None, description="seconds to open one connection (driver default: 20)"
+        default=None, description="seconds to open one connection (default: the timeout)"
     )
     socket_timeout: Timeout | None = Field(
         default=None,
-        description="seconds to wait for a reply on an open connection (driver default: none)",
+        description="seconds to wait for a reply on an open connection (default: the timeout)",
     )
 
 

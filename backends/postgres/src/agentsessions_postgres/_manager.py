@@ -4,18 +4,26 @@ Round trips: a load is one statement, a save is one statement (version check, re
 truncation and all new events in one batched insert), a create is one statement.
 Deletes run two statements in a transaction (see `_delete`). The pool keeps no session
 state on its connections, so it skips asyncpg's per-release reset query.
+
+Deadlines: every wait is bounded by what is left of the call's deadline (pool wait,
+connect, each statement), and a connection whose statement was cancelled or timed out
+is terminated at once (its socket closed) rather than cancelled politely: asyncpg's
+polite path sends a cancel request and waits for the server's reply, which a frozen
+or silent server never sends. The server rolls back whatever the dropped connection
+had open.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import asyncpg
 from agentsessions import (
+    BackendTimeoutError,
     BackendUnavailableError,
     SessionConflictError,
     SessionExistsError,
@@ -24,6 +32,7 @@ from agentsessions import (
 )
 from agentsessions.backend import (
     Capabilities,
+    ErrorRule,
     EventRecord,
     LoadedSession,
     ManagerOptions,
@@ -48,13 +57,18 @@ __all__ = ["PostgresSessionManager"]
 
 #: What the driver raises when the server is gone, refuses us, times out, or fails a
 #: statement: all of it reaches the caller as `BackendUnavailableError`, password masked.
-#: ``asyncio.TimeoutError`` is ``TimeoutError`` (an ``OSError``) only from Python 3.11.
+#: ``asyncio.TimeoutError`` is ``TimeoutError`` (an ``OSError``) only from Python 3.11,
+#: hence first.
 _DRIVER_ERRORS = (
-    asyncpg.PostgresError,
-    asyncpg.InterfaceError,
-    asyncpg.exceptions.InternalClientError,
-    OSError,
-    asyncio.TimeoutError,
+    ErrorRule((asyncio.TimeoutError,), BackendTimeoutError),
+    ErrorRule(
+        (
+            asyncpg.PostgresError,
+            asyncpg.InterfaceError,
+            asyncpg.exceptions.InternalClientError,
+            OSError,
+        )
+    ),
 )
 
 if TYPE_CHECKING:
@@ -70,10 +84,21 @@ _CONNECTION_LOST = (
     asyncpg.InterfaceError,
     ConnectionError,
 )
+#: What leaves a statement in flight on a connection: it is terminated, not reused.
+_ABANDONED = (
+    asyncio.CancelledError,
+    asyncio.TimeoutError,
+    OSError,
+    asyncpg.exceptions.InternalClientError,
+    *_CONNECTION_LOST,
+)
 
 # Expired sessions are deleted this many per transaction, so a purge holds few row
 # locks at a time and never stalls normal traffic for long.
 PURGE_BATCH = 500
+# A save statement that cannot tell whether it lost a race is run again (see
+# `save_statement`); a race needs a concurrent commit, so a few runs settle it.
+_SAVE_ATTEMPTS = 8
 
 
 async def _keep_session(connection: asyncpg.Connection[Any]) -> None:
@@ -89,6 +114,7 @@ class PostgresSessionManager(SessionManager):
     """Sessions in PostgreSQL: ``connect("postgresql://user:pw@host:5432/db?schema=app")``."""
 
     Options: ClassVar[type[ManagerOptions]] = PostgresOptions
+    driver_errors = _DRIVER_ERRORS
     driver_query_params: ClassVar[frozenset[str]] = DRIVER_QUERY_PARAMS
     capabilities = Capabilities(persistent=True, shared=True, ttl=True, namespaces=True)
     db_system = "postgresql"
@@ -107,46 +133,47 @@ class PostgresSessionManager(SessionManager):
 
     async def _open(self) -> None:
         opts = self.options
-        connect_kwargs: dict[str, Any] = {"timeout": opts.connect_timeout}
+        timeout = opts.timeout
+        connect_timeout = min(opts.connect_timeout or timeout, timeout)
+        # command_timeout is the backstop for statements asyncpg sends on its own; ours
+        # each get what is left of the call's deadline.
+        connect_kwargs: dict[str, Any] = {"timeout": connect_timeout, "command_timeout": timeout}
         if opts.pgbouncer:
             # A transaction-pooling proxy hands each transaction to any server
             # connection: named prepared statements would be missing on the next one,
             # and startup parameters are refused, so the timeout is enforced here.
             connect_kwargs["statement_cache_size"] = 0
             if opts.statement_timeout is not None:
-                connect_kwargs["command_timeout"] = opts.statement_timeout
+                connect_kwargs["command_timeout"] = min(opts.statement_timeout, timeout)
         elif opts.statement_timeout is not None:
             millis = max(1, round(opts.statement_timeout * 1000))
             connect_kwargs["server_settings"] = {"statement_timeout": str(millis)}
-        try:
-            pool: asyncpg.Pool[Any] = await asyncpg.create_pool(
-                self._url,
-                min_size=opts.min_pool_size,
-                max_size=opts.max_pool_size,
-                reset=_keep_session,
-                **connect_kwargs,
-            )
-        except _DRIVER_ERRORS as exc:
-            # asyncpg has already terminated whatever it had connected; the next call
-            # opens afresh, so a server that was down at first use is no obstacle later.
-            raise self._unavailable(exc) from None
-        try:
-            async with pool.acquire() as connection:
-                await self._migrate(connection)
-        except BaseException as exc:
-            pool.terminate()
-            if isinstance(exc, _DRIVER_ERRORS):
-                raise self._unavailable(exc) from None
-            raise
+        # asyncpg terminates whatever it had connected when this fails; the next call
+        # opens afresh, so a server that was down at first use is no obstacle later.
+        pool: asyncpg.Pool[Any] = await asyncpg.create_pool(
+            self._url,
+            min_size=opts.min_pool_size,
+            max_size=opts.max_pool_size,
+            reset=_keep_session,
+            **connect_kwargs,
+        )
         self._pool = pool
+        try:
+            async with self._connection() as connection:
+                await self._migrate(connection)
+        except BaseException:
+            self._pool = None
+            pool.terminate()
+            raise
 
     async def _close(self) -> None:
         pool, self._pool = self._pool, None
         if pool is not None:
             try:
-                await pool.close()
-            except _DRIVER_ERRORS:
-                pool.terminate()  # the server is gone: just drop the sockets
+                # Half the deadline for a polite goodbye; a frozen server gets none.
+                await asyncio.wait_for(pool.close(), self._remaining() / 2)
+            except (Exception, asyncio.CancelledError):
+                pool.terminate()  # the server is gone or silent: just drop the sockets
 
     async def _migrate(self, connection: _Connection) -> None:
         """Bring the schema to `LATEST_VERSION`, exactly once across racing processes.
@@ -158,7 +185,7 @@ class PostgresSessionManager(SessionManager):
         schema = self.options.schema
         if await self._schema_version(connection) == LATEST_VERSION:
             return
-        async with connection.transaction():
+        async with self._transaction(connection):
             await connection.execute("SELECT pg_advisory_xact_lock($1)", migration_lock_key(schema))
             has_schema = await connection.fetchval(
                 "SELECT EXISTS (SELECT FROM pg_namespace WHERE nspname = $1)", schema
@@ -198,24 +225,49 @@ class PostgresSessionManager(SessionManager):
 
     @asynccontextmanager
     async def _connection(self) -> AsyncIterator[_Connection]:
-        """A pooled connection; driver errors inside become `BackendUnavailableError`.
+        """A pooled connection, waited for no longer than the call's deadline.
 
-        The pool replaces a connection it finds closed. A dead connection it has not
-        noticed yet (the server restarted while the connection sat idle) fails once;
-        then every pooled connection is presumed as dead as that one and replaced on
-        its next use, so the pool does not serve its stale connections one failure
-        at a time.
+        A connection left with a statement in flight (cancelled, timed out, died) is
+        terminated, never handed out again. The pool replaces a connection it finds
+        closed. A dead connection it has not noticed yet (the server restarted while
+        the connection sat idle) fails once; then every pooled connection is presumed
+        as dead as that one and replaced on its next use, so the pool does not serve
+        its stale connections one failure at a time.
         """
         pool = self._pool
         if pool is None:  # pragma: no cover - the base class opens before any hook
             raise RuntimeError("manager is not open")
+        connection = await pool.acquire(timeout=self._remaining())
         try:
-            async with pool.acquire() as connection:
-                yield connection
-        except _DRIVER_ERRORS as exc:
+            yield connection
+        except _ABANDONED as exc:
+            with suppress(asyncpg.InterfaceError):  # asyncpg already released a dead one
+                connection.terminate()
             if isinstance(exc, _CONNECTION_LOST):
                 await pool.expire_connections()
-            raise self._unavailable(exc) from None
+            raise
+        finally:
+            with suppress(Exception):  # a failed release has terminated the connection
+                await pool.release(connection, timeout=self._remaining())
+
+    @asynccontextmanager
+    async def _transaction(self, connection: _Connection) -> AsyncIterator[None]:
+        """BEGIN ... COMMIT, each statement under the deadline.
+
+        Not asyncpg's ``connection.transaction()``: on a cancellation it sends a
+        ROLLBACK with no time limit, which hangs on a frozen server. Here an abandoned
+        transaction is left to `_connection`, which terminates the connection (the
+        server rolls back); only an ordinary failure is rolled back politely.
+        """
+        await connection.execute("BEGIN", timeout=self._remaining())
+        try:
+            yield
+        except _ABANDONED:
+            raise
+        except BaseException:
+            await connection.execute("ROLLBACK", timeout=self._remaining())
+            raise
+        await connection.execute("COMMIT", timeout=self._remaining())
 
     async def _read(self, sql: str, *args: Any) -> list[asyncpg.Record]:
         """Run a read-only statement, once more on a fresh connection if the first died.
@@ -224,18 +276,13 @@ class PostgresSessionManager(SessionManager):
         connection died may have committed, and repeating it would report a conflict
         with itself; a statement that failed on a live connection would fail again.
         """
-        pool = self._pool
-        if pool is None:  # pragma: no cover - the base class opens before any hook
-            raise RuntimeError("manager is not open")
         try:
-            async with pool.acquire() as connection:
-                return await connection.fetch(sql, *args)
+            async with self._connection() as connection:
+                return await connection.fetch(sql, *args, timeout=self._remaining())
         except _CONNECTION_LOST:
-            await pool.expire_connections()
-        except _DRIVER_ERRORS as exc:
-            raise self._unavailable(exc) from None
+            pass
         async with self._connection() as connection:
-            return await connection.fetch(sql, *args)
+            return await connection.fetch(sql, *args, timeout=self._remaining())
 
     # -- the contract -------------------------------------------------------------------
 
@@ -252,11 +299,11 @@ class PostgresSessionManager(SessionManager):
         )
         async with self._connection() as connection:
             while True:
-                if await connection.fetchval(sql.insert_session, *args):
+                if await connection.fetchval(sql.insert_session, *args, timeout=self._remaining()):
                     return
                 # The id is taken. Replacing an expired session also drops its events,
                 # in a second statement so that it sees every event ever committed.
-                async with connection.transaction():
+                async with self._transaction(connection):
                     if await connection.fetchval(sql.replace_expired, *args):
                         await connection.execute(sql.delete_events, self._ns, record.session_id)
                         return
@@ -269,7 +316,7 @@ class PostgresSessionManager(SessionManager):
     ) -> None:
         sql = self._sql
         session_id = record.session_id
-        async with self._connection() as connection, connection.transaction():
+        async with self._connection() as connection, self._transaction(connection):
             # An insert, or the replacement of an expired session; a live one makes the
             # upsert's WHERE false and returns no row. The row lock it takes keeps the
             # session invisible to others until the events are in too.
@@ -343,12 +390,17 @@ class PostgresSessionManager(SessionManager):
             record.version,
             record.expires_at,
             record.event_count,
+            request.token,
         ]
         if new_events:
             args.append(request.keep)
             args.append([event.data for event in new_events])
         async with self._connection() as connection:
-            outcome = await connection.fetchval(sql, *args)
+            for _ in range(_SAVE_ATTEMPTS):
+                outcome = await connection.fetchval(sql, *args, timeout=self._remaining())
+                if outcome != request.expected_version:
+                    break
+                # Inconclusive (see save_statement): a fresh statement has a fresh snapshot.
         if outcome == 0:
             return
         if outcome == -1:
@@ -362,7 +414,7 @@ class PostgresSessionManager(SessionManager):
         # the session row is locked and gone, with a fresh snapshot, or a save that
         # committed meanwhile could leave events behind.
         sql = self._sql
-        async with self._connection() as connection, connection.transaction():
+        async with self._connection() as connection, self._transaction(connection):
             live = await connection.fetchval(sql.delete_session, self._ns, session_id, now)
             if live is None:
                 return False
@@ -371,7 +423,7 @@ class PostgresSessionManager(SessionManager):
 
     async def _delete_user(self, user_id: str, now: datetime) -> int:
         sql = self._sql
-        async with self._connection() as connection, connection.transaction():
+        async with self._connection() as connection, self._transaction(connection):
             rows = await connection.fetch(sql.delete_user_sessions, self._ns, user_id, now)
             if not rows:
                 return 0
@@ -412,7 +464,7 @@ class PostgresSessionManager(SessionManager):
         sql = self._sql
         purged = 0
         while True:
-            async with self._connection() as connection, connection.transaction():
+            async with self._connection() as connection, self._transaction(connection):
                 ids = [
                     row[0]
                     for row in await connection.fetch(sql.purge_batch, self._ns, now, PURGE_BATCH)

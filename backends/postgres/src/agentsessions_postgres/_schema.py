@@ -35,6 +35,8 @@ import hashlib
 from dataclasses import dataclass, fields
 from functools import lru_cache
 
+from agentsessions.backend import TOKENS_KEPT
+
 __all__ = [
     "LATEST_VERSION",
     "MIGRATIONS",
@@ -95,6 +97,14 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
             WHERE expires_at IS NOT NULL
         """,
     ),
+    # Idempotent saves: the tokens of the session's latest saves, newest first (see
+    # `save_statement`). A constant default: no table rewrite.
+    2: (
+        """
+        ALTER TABLE {s}.agentsessions_sessions
+            ADD COLUMN IF NOT EXISTS save_tokens text[] NOT NULL DEFAULT '{}'
+        """,
+    ),
 }
 LATEST_VERSION = max(MIGRATIONS)
 
@@ -144,7 +154,7 @@ class Statements:
     replace_expired: str = """
         UPDATE {s}.agentsessions_sessions
         SET user_id = $3, state = $4::json, version = $5, event_count = 0,
-            created_at = $6, updated_at = $6, expires_at = $7
+            created_at = $6, updated_at = $6, expires_at = $7, save_tokens = '{}'
         WHERE namespace = $1 AND session_id = $2 AND expires_at <= $6
         RETURNING true
     """
@@ -251,7 +261,8 @@ def save_statement(schema: str, *, truncate: bool, insert: bool, upsert: bool) -
 
     One statement is one implicit transaction and one round trip. Parameters: $1 ns,
     $2 id, $3 expected version, $4 now, $5 state, $6 new version, $7 expires_at,
-    $8 new event count [, $9 first new position, $10 new event texts].
+    $8 new event count, $9 the save's token [, $10 first new position, $11 new event
+    texts].
 
     The update's version check is what makes a stale save fail: a concurrent save of
     the same session blocks on the row lock and then sees the new version. The event
@@ -264,17 +275,26 @@ def save_statement(schema: str, *, truncate: bool, insert: bool, upsert: bool) -
     for ``json[]`` and would spend three round trips introspecting it on every new
     connection.
 
-    The result is 0 when saved; otherwise the live stored version (a conflict) or -1
-    (not stored or expired), read in the same snapshot.
+    The token is stored with the new version (the last `TOKENS_KEPT` are kept), and
+    a save whose token is already stored writes nothing: it is the retry of a save
+    that landed.
+
+    The result is 0 when saved or when the token was already stored; otherwise the
+    live stored version or -1 (not stored or expired), read in the statement's
+    snapshot. A stored version equal to the expected one means the row changed after
+    that snapshot was taken (a racing save, maybe this save's own earlier attempt):
+    inconclusive, run the statement again.
     """
     parts = [
         """
         WITH s AS (
             UPDATE {s}.agentsessions_sessions
             SET state = $5::json, version = $6, updated_at = $4, expires_at = $7,
-                event_count = $8
+                event_count = $8,
+                save_tokens = (ARRAY[$9::text] || save_tokens)[1:{kept}]
             WHERE namespace = $1 AND session_id = $2 AND version = $3
               AND (expires_at IS NULL OR expires_at > $4)
+              AND NOT ($9::text = ANY(save_tokens))
             RETURNING 1
         )"""
     ]
@@ -295,8 +315,8 @@ def save_statement(schema: str, *, truncate: bool, insert: bool, upsert: bool) -
         parts.append(
             """, i AS (
             INSERT INTO {s}.agentsessions_events (namespace, session_id, position, data)
-            SELECT $1, $2, $9 + u.ord - 1, u.data::json
-            FROM s, unnest($10::text[]) WITH ORDINALITY AS u(data, ord)
+            SELECT $1, $2, $10 + u.ord - 1, u.data::json
+            FROM s, unnest($11::text[]) WITH ORDINALITY AS u(data, ord)
             {conflict}
         )""".replace("{conflict}", conflict)
         )
@@ -304,13 +324,16 @@ def save_statement(schema: str, *, truncate: bool, insert: bool, upsert: bool) -
         """
         SELECT COALESCE(
             (SELECT 0 FROM s),
+            (SELECT 0 FROM {s}.agentsessions_sessions
+             WHERE namespace = $1 AND session_id = $2 AND $9::text = ANY(save_tokens)),
             (SELECT version FROM {s}.agentsessions_sessions
              WHERE namespace = $1 AND session_id = $2
                AND (expires_at IS NULL OR expires_at > $4)),
             -1)
         """
     )
-    return "".join(parts).replace("{s}", quote_ident(schema))
+    sql = "".join(parts).replace("{kept}", str(TOKENS_KEPT))
+    return sql.replace("{s}", quote_ident(schema))
 
 
 @lru_cache(maxsize=256)

@@ -10,15 +10,15 @@ session write (see README: "Listing in a cluster").
 from __future__ import annotations
 
 import asyncio
-import os
+import secrets
 import warnings
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ClassVar, TypeVar
 
 from agentsessions import (
+    BackendTimeoutError,
     InvalidOptionError,
     SessionConflictError,
     SessionExistsError,
@@ -28,6 +28,7 @@ from agentsessions import (
 )
 from agentsessions.backend import (
     Capabilities,
+    ErrorRule,
     EventRecord,
     LoadedSession,
     ManagerOptions,
@@ -59,14 +60,23 @@ T = TypeVar("T")
 E = TypeVar("E")
 
 # Errors that mean "the server could not be reached or cannot serve right now".
-_UNAVAILABLE: tuple[type[BaseException], ...] = (
-    redis_errors.ConnectionError,  # also AuthenticationError, BusyLoadingError, pool exhaustion
-    redis_errors.TimeoutError,
-    redis_errors.ClusterError,  # ClusterDownError, MasterDownError
-    redis_errors.TryAgainError,
-    redis_errors.ReadOnlyError,  # a failover left us talking to a replica
-    redis_errors.RedisClusterException,  # no reachable startup node, slot not covered
-    OSError,
+_DRIVER_ERRORS = (
+    # At maxmemory a script's first write is refused, so nothing was written.
+    ErrorRule((redis_errors.OutOfMemoryError,), StorageFullError),
+    ErrorRule((redis_errors.TimeoutError, asyncio.TimeoutError), BackendTimeoutError),
+    ErrorRule(
+        (
+            redis_errors.ConnectionError,  # also AuthenticationError, BusyLoadingError, pool
+            redis_errors.ClusterError,  # ClusterDownError, MasterDownError
+            redis_errors.TryAgainError,
+            redis_errors.ReadOnlyError,  # a failover left us talking to a replica
+            redis_errors.RedisClusterException,  # no reachable startup node, slot not covered
+            OSError,
+        )
+    ),
+    # The cluster client's reconnect path can use a connection another task just
+    # dropped ("'NoneType' object has no attribute 'writelines'"): a lost connection.
+    ErrorRule((AttributeError,), raised_in="redis."),
 )
 
 # How many scripts delete_user / purge keep in flight at once.
@@ -78,10 +88,12 @@ class RedisOptions(ManagerOptions):
     """Options of the Redis backend (query string or keyword arguments)."""
 
     socket_timeout: Timeout | None = Field(
-        default=5.0, description="seconds to wait for a reply before giving up"
+        default=None,
+        description="seconds to wait for one reply before giving up (default: the timeout)",
     )
     connect_timeout: Timeout | None = Field(
-        default=5.0, description="seconds to wait for a connection"
+        default=None,
+        description="seconds to wait for one connection (default: the timeout)",
     )
     max_connections: PoolSize | None = Field(
         default=None, description="connection pool size (per node in a cluster)"
@@ -90,7 +102,8 @@ class RedisOptions(ManagerOptions):
         default=3,
         ge=0,
         le=100,
-        description="reconnect-and-resend attempts after a dropped connection",
+        description="reconnect-and-resend attempts after a dropped connection, all within "
+        "the call's timeout",
     )
 
 
@@ -118,6 +131,7 @@ class RedisSessionManager(SessionManager):
     (``redis+cluster://host:port,host:port``), through redis.asyncio."""
 
     Options: ClassVar[type[ManagerOptions]] = RedisOptions
+    driver_errors = _DRIVER_ERRORS
     driver_query_params: ClassVar[frozenset[str]] = frozenset(
         {
             "db",
@@ -175,30 +189,18 @@ class RedisSessionManager(SessionManager):
             raise RuntimeError(f"{self!r} is not open")
         return self._client
 
-    @contextmanager
-    def _guard(self) -> Iterator[None]:
-        try:
-            yield
-        except redis_errors.OutOfMemoryError as exc:
-            # A script's first write is refused at maxmemory, so nothing was written.
-            reason = scrub_secret(str(exc), self._url)
-            raise StorageFullError(
-                self.url, f"the server is out of memory (maxmemory reached; {reason})"
-            ) from None
-        except _UNAVAILABLE as exc:
-            raise self._unavailable(exc) from exc
-
     async def _run(self, script: AsyncScript | None, keys: Sequence[str], args: list[Any]) -> Any:
         assert script is not None
-        with self._guard():
-            return await script(keys=keys, args=args)
+        return await script(keys=keys, args=args)
 
     async def _open(self) -> None:
         o = self.options
+        # Retries (a dropped connection, a failover) happen inside the call's deadline,
+        # which cuts them short; each wait alone is bounded by the timeout too.
         retry = Retry(ExponentialWithJitterBackoff(base=0.01, cap=0.5), o.retries)
         settings: dict[str, Any] = {
-            "socket_timeout": o.socket_timeout,
-            "socket_connect_timeout": o.connect_timeout,
+            "socket_timeout": min(o.socket_timeout or o.timeout, o.timeout),
+            "socket_connect_timeout": min(o.connect_timeout or o.timeout, o.timeout),
             "decode_responses": False,
             "retry": retry,
         }
@@ -210,11 +212,10 @@ class RedisSessionManager(SessionManager):
             reason = scrub_secret(str(exc), self._url)
             raise InvalidOptionError(f"cannot use {self.url}: {reason}") from None
         try:
-            with self._guard():
-                if isinstance(client, RedisCluster):
-                    await client.initialize()
-                else:
-                    await client.ping()
+            if isinstance(client, RedisCluster):
+                await client.initialize()
+            else:
+                await client.ping()
         except redis_errors.ResponseError as exc:
             await client.aclose()
             if "DB index is out of range" in str(exc):
@@ -259,7 +260,7 @@ class RedisSessionManager(SessionManager):
         expires = record.expires_at
         args: list[Any] = [
             to_micros(now),
-            os.urandom(12),
+            secrets.token_hex(16),
             session_id,
             user_id or "",
             record.state,
@@ -286,16 +287,14 @@ class RedisSessionManager(SessionManager):
             session_id.encode(), None if user_id is None else user_id.encode(), created
         )
         client = self.client
-        with self._guard():
-            added = await asyncio.gather(
-                *(client.zadd(e.index, {e.member: e.score}, nx=True) for e in entries)
-            )
+        added = await asyncio.gather(
+            *(client.zadd(e.index, {e.member: e.score}, nx=True) for e in entries)
+        )
         result = await self._run(self._create_script, [keys.hash, keys.events], args)
         if result[0] == 1:
             # NX kept an older entry's score, and a concurrent reader may have dropped
             # ours while the session did not exist yet: set the final score now.
-            with self._guard():
-                await asyncio.gather(*(client.zadd(e.index, {e.member: e.score}) for e in entries))
+            await asyncio.gather(*(client.zadd(e.index, {e.member: e.score}) for e in entries))
             return
         await self._apply_fixes(
             [_Fix(e, None) for e, was_added in zip(entries, added, strict=True) if was_added]
@@ -322,7 +321,7 @@ class RedisSessionManager(SessionManager):
         args: list[Any] = [
             to_micros(now),
             request.expected_version,
-            os.urandom(12),
+            request.token,
             request.keep,
             record.state,
             record.version,
@@ -380,10 +379,9 @@ class RedisSessionManager(SessionManager):
     async def _delete_user(self, user_id: str, now: datetime) -> int:
         index = self.keys.user_index(user_id)
         user = user_id.encode()
-        with self._guard():
-            pairs = _scored(
-                await self.client.zrange(index, 0, -1, withscores=True, score_cast_func=int)
-            )
+        pairs = _scored(
+            await self.client.zrange(index, 0, -1, withscores=True, score_cast_func=int)
+        )
         entries = [_Entry(index, member, score, member, user) for member, score in pairs]
         now_us = to_micros(now)
         verdicts = await _bounded(
@@ -493,23 +491,22 @@ class RedisSessionManager(SessionManager):
     ) -> list[_Entry]:
         """Up to *count* entries in listing order, strictly after *position*."""
         client = self.client
-        with self._guard():
-            if position is None:
-                pairs = await client.zrange(
-                    index, "+inf", "-inf", desc=True, byscore=True, offset=0, num=count,
-                    withscores=True, score_cast_func=int,
-                )  # fmt: skip
-                return [self._entry(index, user, m, s) for m, s in _scored(pairs)]
-            score, session_id = position
-            async with client.pipeline(transaction=False) as pipe:
-                # Same key, so one node and one round trip even in a cluster. Members
-                # tied on the score sort by id (the member starts with it).
-                pipe.zrange(index, score, score, byscore=True)
-                pipe.zrange(
-                    index, f"({score}", "-inf", desc=True, byscore=True, offset=0, num=count,
-                    withscores=True, score_cast_func=int,
-                )  # fmt: skip
-                ties, rest = await pipe.execute()
+        if position is None:
+            pairs = await client.zrange(
+                index, "+inf", "-inf", desc=True, byscore=True, offset=0, num=count,
+                withscores=True, score_cast_func=int,
+            )  # fmt: skip
+            return [self._entry(index, user, m, s) for m, s in _scored(pairs)]
+        score, session_id = position
+        async with client.pipeline(transaction=False) as pipe:
+            # Same key, so one node and one round trip even in a cluster. Members
+            # tied on the score sort by id (the member starts with it).
+            pipe.zrange(index, score, score, byscore=True)
+            pipe.zrange(
+                index, f"({score}", "-inf", desc=True, byscore=True, offset=0, num=count,
+                withscores=True, score_cast_func=int,
+            )  # fmt: skip
+            ties, rest = await pipe.execute()
         entries = [self._entry(index, user, m, score) for m in reversed(ties)]
         entries = [e for e in entries if e.session_id < session_id]
         entries.extend(self._entry(index, user, m, s) for m, s in _scored(rest))
@@ -525,22 +522,20 @@ class RedisSessionManager(SessionManager):
         index = self.keys.index
         iterator = self.client.zscan_iter(index, count=_SCAN_BATCH)
         while True:
-            with self._guard():
-                try:
-                    member, score = await iterator.__anext__()
-                except StopAsyncIteration:
-                    return
+            try:
+                member, score = await iterator.__anext__()
+            except StopAsyncIteration:
+                return
             yield self._entry(index, None, member, int(score))
 
     async def _read_records(self, session_ids: list[bytes]) -> list[list[bytes | None] | None]:
         """The hash fields of each session, in one pipelined round trip (per node)."""
         if not session_ids:
             return []
-        with self._guard():
-            async with self.client.pipeline(transaction=False) as pipe:
-                for session_id in session_ids:
-                    pipe.hmget(self.keys.session(session_id.decode()).hash, _scripts.HASH_FIELDS)
-                results: list[list[bytes | None] | None] = await pipe.execute()
+        async with self.client.pipeline(transaction=False) as pipe:
+            for session_id in session_ids:
+                pipe.hmget(self.keys.session(session_id.decode()).hash, _scripts.HASH_FIELDS)
+            results: list[list[bytes | None] | None] = await pipe.execute()
         return results
 
     def _may_drop(self, entry: _Entry, now_us: int) -> bool:

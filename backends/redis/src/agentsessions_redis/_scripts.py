@@ -6,11 +6,15 @@ in KEYS, except the standalone-only index upkeep (KEYS[3] given), where the sess
 user index is named by the session hash itself; that branch never runs in a cluster.
 
 Writes carry a random token stored in the hash: a retry of a write that already
-landed (redis-py retries after a dropped connection) is recognised and reported as
-done instead of as a conflict, so retries never turn a success into an error.
+landed (redis-py retries after a dropped connection, or the caller saves again after
+an ambiguous failure) is recognised and reported as done instead of as a conflict, so
+a save is never applied twice. A create stores its token in ``t``; each save prepends
+its own, and ``t`` keeps the latest `TOKENS_KEPT`, 32 hex characters each.
 """
 
 from __future__ import annotations
+
+from agentsessions.backend import TOKENS_KEPT
 
 __all__ = ["CREATE", "DELETE", "LOAD", "SAVE", "MOVE_INDEX_ENTRY", "HASH_FIELDS"]
 
@@ -81,11 +85,17 @@ return {1}
 
 # KEYS: hash, events. ARGV: now, expected version, token, keep, state, version,
 #       updated, expires (''), pexpireat (''), event count, new event texts...
-# Returns 1 saved, 0 absent or expired, -1 version conflict (nothing written).
+# Returns 1 saved (or saved before: the token is stored), 0 absent or expired, -1
+# version conflict (nothing written).
 SAVE = """
 local cur = redis.call('HMGET', KEYS[1], 't', 'v', 'x')
 if not cur[1] then return 0 end
-if cur[1] == ARGV[3] then return 1 end
+local tokens = cur[1]
+if #tokens % 32 ~= 0 then tokens = '' end
+for i = 1, #tokens, 32 do
+  if string.sub(tokens, i, i + 31) == ARGV[3] then return 1 end
+end
+tokens = ARGV[3] .. string.sub(tokens, 1, {keep_chars})
 if cur[3] and tonumber(cur[3]) <= tonumber(ARGV[1]) then return 0 end
 if cur[2] ~= ARGV[2] then return -1 end
 local keep = tonumber(ARGV[4])
@@ -105,18 +115,18 @@ while first <= last do
 end
 if ARGV[8] ~= '' then
   redis.call('HSET', KEYS[1], 's', ARGV[5], 'v', ARGV[6], 'm', ARGV[7], 'n', ARGV[10],
-             't', ARGV[3], 'x', ARGV[8])
+             't', tokens, 'x', ARGV[8])
   redis.call('PEXPIREAT', KEYS[1], ARGV[9])
   redis.call('PEXPIREAT', KEYS[2], ARGV[9])
 else
   redis.call('HSET', KEYS[1], 's', ARGV[5], 'v', ARGV[6], 'm', ARGV[7], 'n', ARGV[10],
-             't', ARGV[3])
+             't', tokens)
   redis.call('HDEL', KEYS[1], 'x')
   redis.call('PERSIST', KEYS[1])
   redis.call('PERSIST', KEYS[2])
 end
 return 1
-"""
+""".replace("{keep_chars}", str(32 * (TOKENS_KEPT - 1)))
 
 # KEYS: hash, events [, global index] (standalone only).
 # ARGV: now, mode ('any', 'user': only if owned by ARGV[3], 'expired': only if expired).

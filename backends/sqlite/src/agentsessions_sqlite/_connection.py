@@ -13,6 +13,11 @@ of awaiting each statement:
 
 aiosqlite has no public name for "run this function on the connection's thread"; its
 own methods all go through ``Connection._execute``, which is what `Link` uses.
+
+Deadlines: a caller that is cancelled (its call's deadline passed, or its task was
+cancelled) returns at once; the thread then stops the work it left behind: a queued
+job is skipped, a running statement is interrupted (``sqlite3.Connection.interrupt``,
+which rolls its transaction back), and a wait for another connection's lock ends.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from typing import Any, TypeVar, cast
 
 import aiosqlite
 
-__all__ = ["Link", "connect", "is_busy"]
+__all__ = ["AbandonedError", "Link", "connect", "is_busy"]
 
 T = TypeVar("T")
 
@@ -46,7 +51,20 @@ def is_busy(exc: BaseException) -> bool:
     return "database is locked" in message or "database table is locked" in message
 
 
-def _retrying_busy(timeout: float, fn: Callable[[], T]) -> T:
+class _Job:
+    """One queued call; ``abandoned`` is set from the event loop when its caller left."""
+
+    __slots__ = ("abandoned",)
+
+    def __init__(self) -> None:
+        self.abandoned = False
+
+
+class AbandonedError(sqlite3.OperationalError):
+    """The caller stopped waiting before the job ran; nothing was done."""
+
+
+def _retrying_busy(timeout: float, fn: Callable[[], T], job: _Job | None = None) -> T:
     """Call *fn*, again while it fails with a busy error, until *timeout* seconds pass.
 
     ``busy_timeout`` already makes SQLite wait for a lock, but a few paths return
@@ -60,7 +78,7 @@ def _retrying_busy(timeout: float, fn: Callable[[], T]) -> T:
         try:
             return fn()
         except sqlite3.OperationalError as exc:
-            if not is_busy(exc) or time.monotonic() >= deadline:
+            if not is_busy(exc) or time.monotonic() >= deadline or (job and job.abandoned):
                 raise
         time.sleep(delay)
         delay = min(delay * 2, _MAX_RETRY_DELAY)
@@ -72,6 +90,7 @@ def _transaction(
     timeout: float,
     fn: Callable[..., T],
     args: tuple[Any, ...],
+    job: _Job | None = None,
 ) -> T:
     def attempt() -> T:
         conn.execute(begin)
@@ -83,10 +102,10 @@ def _transaction(
             raise
         return result
 
-    return _retrying_busy(timeout, attempt)
+    return _retrying_busy(timeout, attempt, job)
 
 
-def _boxed(fn: Callable[..., T], *args: Any) -> list[T]:
+def _boxed(job: _Job, link: Link, fn: Callable[..., T], *args: Any) -> list[T]:
     """``[fn(*args)]``: the caller pops the result out of the box.
 
     aiosqlite's worker thread keeps its last result in a local variable until the next
@@ -94,18 +113,44 @@ def _boxed(fn: Callable[..., T], *args: Any) -> list[T]:
     thread, in the middle of the next, unrelated call: 1.5-2 ms landing on a 0.3 ms
     read. Emptied by the caller, the box is all the thread keeps.
     """
-    return [fn(*args)]
+    if job.abandoned:
+        raise AbandonedError("the caller stopped waiting before this ran")
+    link.running = job
+    try:
+        return [fn(*args)]
+    finally:
+        link.running = None
 
 
 class Link:
     """One aiosqlite connection and the way we run work on it."""
 
-    def __init__(self, conn: aiosqlite.Connection, busy_timeout: float) -> None:
+    def __init__(
+        self,
+        conn: aiosqlite.Connection,
+        busy_timeout: float,
+        remaining: Callable[[float], float] | None = None,
+    ) -> None:
         self.conn = conn
         self._busy_timeout = busy_timeout
+        # What is left of the running call's deadline (at most its argument).
+        self._remaining = remaining or (lambda cap: cap)
         self._raw: sqlite3.Connection = conn._conn
         # aiosqlite does not annotate _execute; this is its real signature.
-        self._execute = cast(Callable[..., Awaitable[Any]], conn._execute)
+        self._run = cast(Callable[..., Awaitable[Any]], conn._execute)
+        self.running: _Job | None = None  # the job in the thread right now
+
+    async def _execute(self, job: _Job, fn: Callable[..., T], *args: Any) -> list[T]:
+        try:
+            return cast(list[T], await self._run(_boxed, job, self, fn, *args))
+        except asyncio.CancelledError:
+            job.abandoned = True
+            if self.running is job:
+                self._raw.interrupt()  # thread-safe; only the statement of this job
+            raise
+
+    def _budget(self) -> float:
+        return self._remaining(self._busy_timeout)
 
     async def write(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(conn, *args)`` inside ``BEGIN IMMEDIATE``/``COMMIT``, in the connection thread.
@@ -115,30 +160,35 @@ class Link:
         ``busy_timeout`` (a deferred transaction that upgrades to a writer fails at once
         with SQLITE_BUSY when another writer committed in between).
         """
+        job = _Job()
         box = await self._execute(
-            _boxed, _transaction, self._raw, "BEGIN IMMEDIATE", self._busy_timeout, fn, args
+            job, _transaction, self._raw, "BEGIN IMMEDIATE", self._budget(), fn, args, job
         )
-        return cast(T, box.pop())
+        return box.pop()
 
     async def read(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(conn, *args)`` inside a read transaction: all its queries see one snapshot."""
+        job = _Job()
         box = await self._execute(
-            _boxed, _transaction, self._raw, "BEGIN", self._busy_timeout, fn, args
+            job, _transaction, self._raw, "BEGIN", self._budget(), fn, args, job
         )
-        return cast(T, box.pop())
+        return box.pop()
 
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(conn, *args)`` in the connection thread, outside any transaction."""
+        job = _Job()
         box = await self._execute(
-            _boxed, _retrying_busy, self._busy_timeout, lambda: fn(self._raw, *args)
+            job, _retrying_busy, self._budget(), lambda: fn(self._raw, *args), job
         )
-        return cast(T, box.pop())
+        return box.pop()
 
     async def close(self) -> None:
         await self.conn.close()
 
 
-async def connect(path: str, busy_timeout: float) -> Link:
+async def connect(
+    path: str, busy_timeout: float, remaining: Callable[[float], float] | None = None
+) -> Link:
     """Open *path* in autocommit mode (we issue BEGIN/COMMIT ourselves)."""
     conn = aiosqlite.connect(path, isolation_level=None, timeout=busy_timeout)
     try:
@@ -151,4 +201,4 @@ async def connect(path: str, busy_timeout: float) -> Link:
                 break
             await asyncio.sleep(0.001)
         raise
-    return Link(conn, busy_timeout)
+    return Link(conn, busy_timeout, remaining)

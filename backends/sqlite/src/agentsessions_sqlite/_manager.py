@@ -12,18 +12,22 @@ from __future__ import annotations
 import os
 import sqlite3
 from datetime import datetime
+from functools import partial
 from operator import itemgetter
 from typing import ClassVar
 
 from agentsessions import (
     BackendUnavailableError,
     SessionConflictError,
+    SessionError,
     SessionExistsError,
     SessionNotFoundError,
     SessionSummary,
 )
 from agentsessions.backend import (
+    TOKENS_KEPT,
     Capabilities,
+    ErrorRule,
     EventRecord,
     LoadedSession,
     ManagerOptions,
@@ -43,6 +47,8 @@ from ._url import MEMORY, database_path
 __all__ = ["SQLiteSessionManager"]
 
 _first = itemgetter(0)
+# save_tokens holds the latest TOKENS_KEPT tokens of 32 hex characters, newest first.
+_TOKEN_CHARS = 32 * TOKENS_KEPT
 
 
 def _optional_micros(when: datetime | None) -> int | None:
@@ -92,7 +98,7 @@ INSERT INTO agentsessions_sessions (
 ON CONFLICT (namespace, session_id) DO UPDATE SET
     user_id = excluded.user_id, state = excluded.state, version = excluded.version,
     created_at = excluded.created_at, updated_at = excluded.updated_at,
-    expires_at = excluded.expires_at, event_count = excluded.event_count
+    expires_at = excluded.expires_at, event_count = excluded.event_count, save_tokens = ''
 WHERE agentsessions_sessions.expires_at IS NOT NULL AND agentsessions_sessions.expires_at <= ?
 """
 _DELETE_EVENTS = "DELETE FROM agentsessions_events WHERE namespace = ? AND session_id = ?"
@@ -100,13 +106,14 @@ _DELETE_EVENTS = "DELETE FROM agentsessions_events WHERE namespace = ? AND sessi
 # changes only if nobody saved since the load. user_id and created_at are not written.
 _UPDATE_SESSION = """
 UPDATE agentsessions_sessions
-SET state = ?, version = ?, updated_at = ?, expires_at = ?, event_count = ?
+SET state = ?, version = ?, updated_at = ?, expires_at = ?, event_count = ?,
+    save_tokens = substr(? || save_tokens, 1, ?)
 WHERE namespace = ? AND session_id = ? AND version = ?
   AND (expires_at IS NULL OR expires_at > ?)
 """
 _SELECT_VERSION = """
-SELECT version FROM agentsessions_sessions
-WHERE namespace = ? AND session_id = ? AND (expires_at IS NULL OR expires_at > ?)
+SELECT version, instr(save_tokens, ?) > 0, expires_at FROM agentsessions_sessions
+WHERE namespace = ? AND session_id = ?
 """
 _DELETE_EVENT_TAIL = """
 DELETE FROM agentsessions_events WHERE namespace = ? AND session_id = ? AND position >= ?
@@ -251,6 +258,8 @@ def _save(conn: sqlite3.Connection, namespace: str, request: SaveRequest, now: i
             to_micros(record.updated_at),
             _optional_micros(record.expires_at),
             record.event_count,
+            request.token,
+            _TOKEN_CHARS,
             namespace,
             session_id,
             request.expected_version,
@@ -258,7 +267,12 @@ def _save(conn: sqlite3.Connection, namespace: str, request: SaveRequest, now: i
         ),
     )
     if cursor.rowcount == 0:
-        if conn.execute(_SELECT_VERSION, (namespace, session_id, now)).fetchone() is None:
+        # The token is checked only here: a save that landed has raised the version, so
+        # its retry always fails the version check first (the write lock is held).
+        row = conn.execute(_SELECT_VERSION, (request.token, namespace, session_id)).fetchone()
+        if row is not None and row[1]:
+            return  # a retry of this very save, which landed
+        if row is None or not (row[2] is None or row[2] > now):
             raise SessionNotFoundError(session_id)
         raise SessionConflictError(session_id, request.expected_version)
     if request.truncates:
@@ -321,8 +335,9 @@ def _list(
 
 
 def _prepare_writer(conn: sqlite3.Connection, synchronous: str, memory: bool) -> None:
-    if not memory:
+    if not memory and str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
         # Persistent in the file: every later connection, in any process, is in WAL too.
+        # Switching takes an exclusive lock, so it is done only when needed.
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         if str(mode).lower() != "wal":
             raise sqlite3.OperationalError(f"the database refused WAL mode (stays in {mode!r})")
@@ -357,6 +372,7 @@ class SQLiteSessionManager(SessionManager):
 
     Options: ClassVar[type[ManagerOptions]] = SQLiteOptions
     options: SQLiteOptions
+    driver_errors = (ErrorRule((sqlite3.Error,)),)
     capabilities = Capabilities(persistent=True, shared=True)
     db_system = "sqlite"
 
@@ -374,21 +390,32 @@ class SQLiteSessionManager(SessionManager):
     def in_memory(self) -> bool:
         return self.path == MEMORY
 
+    @property
+    def _busy_timeout(self) -> float:
+        """How long a statement waits for another connection's lock: never past a call's
+        deadline, and the call's own deadline cuts it shorter still (see `Link`)."""
+        return min(self.options.busy_timeout, self.options.timeout)
+
     # -- lifecycle ----------------------------------------------------------------------
 
     async def _open(self) -> None:
         options = self.options
         links: list[Link] = []
+        busy = self._busy_timeout
         try:
-            writer = await connect(self.path, options.busy_timeout)
+            writer = await connect(self.path, busy, self._remaining)
             links.append(writer)
             await writer.call(_prepare_writer, options.synchronous, self.in_memory)
-            found = await writer.write(migrate)
+            # Only a database that needs a migration costs the write lock: an up-to-date
+            # one opens and reads while another process holds a long write transaction.
+            found = SCHEMA_VERSION
+            if await writer.read(partial(migrate, check_only=True)):
+                found = await writer.write(migrate)
             self._utf8 = await writer.call(_is_utf8)
             if self.in_memory:
                 reader = writer
             else:
-                reader = await connect(self.path, options.busy_timeout)
+                reader = await connect(self.path, busy, self._remaining)
                 links.append(reader)
                 await reader.call(_prepare_reader)
         except BaseException as exc:
@@ -429,23 +456,19 @@ class SQLiteSessionManager(SessionManager):
             raise BackendUnavailableError(self.url, "the manager is not open")
         return self._writer, self._reader
 
-    def _failure(self, exc: sqlite3.Error) -> BackendUnavailableError:
-        if is_busy(exc):
-            return BackendUnavailableError(
-                self.url,
+    def _translate(self, exc: BaseException) -> SessionError | None:
+        if isinstance(exc, sqlite3.Error) and is_busy(exc):
+            return self._timed_out(
                 f"the database stayed locked by another connection for longer than "
-                f"busy_timeout={self.options.busy_timeout:g}s ({exc})",
+                f"busy_timeout={self._busy_timeout:g}s ({exc})"
             )
-        return BackendUnavailableError(self.url, f"SQLite error: {type(exc).__name__}: {exc}")
+        return super()._translate(exc)
 
     # -- hooks ----------------------------------------------------------------------------
 
     async def _create(self, record: SessionRecord, now: datetime) -> None:
         writer, _ = self._links()
-        try:
-            created = await writer.write(_create, self.options.namespace, record, to_micros(now))
-        except sqlite3.Error as exc:
-            raise self._failure(exc) from exc
+        created = await writer.write(_create, self.options.namespace, record, to_micros(now))
         if not created:
             raise SessionExistsError(record.session_id)
 
@@ -453,12 +476,9 @@ class SQLiteSessionManager(SessionManager):
         self, record: SessionRecord, events: list[EventRecord], now: datetime
     ) -> None:
         writer, _ = self._links()
-        try:
-            restored = await writer.write(
-                _restore, self.options.namespace, record, events, to_micros(now)
-            )
-        except sqlite3.Error as exc:
-            raise self._failure(exc) from exc
+        restored = await writer.write(
+            _restore, self.options.namespace, record, events, to_micros(now)
+        )
         if not restored:
             raise SessionExistsError(record.session_id)
 
@@ -466,38 +486,26 @@ class SQLiteSessionManager(SessionManager):
         self, session_id: str, last_events: int | None, now: datetime
     ) -> LoadedSession | None:
         _, reader = self._links()
-        try:
-            return await reader.read(
-                _load,
-                self.options.namespace,
-                session_id,
-                last_events,
-                to_micros(now),
-                self._utf8,
-            )
-        except sqlite3.Error as exc:
-            raise self._failure(exc) from exc
+        return await reader.read(
+            _load,
+            self.options.namespace,
+            session_id,
+            last_events,
+            to_micros(now),
+            self._utf8,
+        )
 
     async def _save(self, request: SaveRequest, now: datetime) -> None:
         writer, _ = self._links()
-        try:
-            await writer.write(_save, self.options.namespace, request, to_micros(now))
-        except sqlite3.Error as exc:
-            raise self._failure(exc) from exc
+        await writer.write(_save, self.options.namespace, request, to_micros(now))
 
     async def _delete(self, session_id: str, now: datetime) -> bool:
         writer, _ = self._links()
-        try:
-            return await writer.write(_delete, self.options.namespace, session_id, to_micros(now))
-        except sqlite3.Error as exc:
-            raise self._failure(exc) from exc
+        return await writer.write(_delete, self.options.namespace, session_id, to_micros(now))
 
     async def _delete_user(self, user_id: str, now: datetime) -> int:
         writer, _ = self._links()
-        try:
-            return await writer.write(_delete_user, self.options.namespace, user_id, to_micros(now))
-        except sqlite3.Error as exc:
-            raise self._failure(exc) from exc
+        return await writer.write(_delete_user, self.options.namespace, user_id, to_micros(now))
 
     async def _list(
         self,
@@ -508,16 +516,10 @@ class SQLiteSessionManager(SessionManager):
     ) -> list[SessionSummary]:
         _, reader = self._links()
         position = None if after is None else (to_micros(after[0]), after[1])
-        try:
-            return await reader.call(
-                _list, self.options.namespace, user_id, limit, position, to_micros(now)
-            )
-        except sqlite3.Error as exc:
-            raise self._failure(exc) from exc
+        return await reader.call(
+            _list, self.options.namespace, user_id, limit, position, to_micros(now)
+        )
 
     async def _purge_expired(self, now: datetime) -> int:
         writer, _ = self._links()
-        try:
-            return await writer.write(_purge_expired, self.options.namespace, to_micros(now))
-        except sqlite3.Error as exc:
-            raise self._failure(exc) from exc
+        return await writer.write(_purge_expired, self.options.namespace, to_micros(now))

@@ -74,6 +74,9 @@ MIGRATIONS: list[Sequence[str]] = [
         ) WITHOUT ROWID
         """,
     ),
+    # Idempotent saves: the tokens of the session's latest saves, newest first, 32 hex
+    # characters each (see SaveRequest).
+    ("ALTER TABLE agentsessions_sessions ADD COLUMN save_tokens TEXT NOT NULL DEFAULT ''",),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -105,16 +108,27 @@ def stored_version(conn: sqlite3.Connection) -> int:
     return 0 if row is None else int(row[0])
 
 
-def migrate(conn: sqlite3.Connection, migrations: Sequence[Sequence[str]] = MIGRATIONS) -> int:
+def migrate(
+    conn: sqlite3.Connection,
+    migrations: Sequence[Sequence[str]] = MIGRATIONS,
+    *,
+    check_only: bool = False,
+) -> int:
     """Bring the schema up to date inside the caller's write transaction; the old version.
 
     The caller holds ``BEGIN IMMEDIATE``, so when several processes open a new file at
     once, one creates the tables and the others find them done. A failing step raises
     and the caller rolls everything back: the database is never left half-migrated.
+
+    ``check_only``: change nothing, return how many steps are due (run it in a read
+    transaction first, so that opening an up-to-date database takes no write lock and
+    never waits for another process's long write).
     """
     found = stored_version(conn)
     if found > len(migrations):
         raise SchemaTooNewError(found, len(migrations))
+    if check_only:
+        return len(migrations) - found
     for step in migrations[found:]:
         for statement in step:
             conn.execute(statement)

@@ -121,25 +121,28 @@ def _node(server_bin: Path, port: int, nodedir: Path, extra: list[str]) -> Proce
     )
 
 
-def _build_single(server_bin: Path, start_timeout: float) -> ProcessServer:
+def _build_single(server_bin: Path, start_timeout: float, extra: list[str]) -> ProcessServer:
     workdir = make_workdir("redis")
     port = free_port()
     return ProcessServer(
         kind="redis",
         url=f"redis://{LOOPBACK}:{port}/0",
         workdir=workdir,
-        processes=[_node(server_bin, port, workdir, [])],
+        processes=[_node(server_bin, port, workdir, extra)],
         start_timeout=start_timeout,
     )
 
 
-def start_redis(*, start_timeout: float = 30.0) -> ManagedServer:
+def start_redis(*, start_timeout: float = 30.0, appendonly: bool = False) -> ManagedServer:
     """Start a private ``redis-server`` on a free loopback port and return it running.
 
-    Persistence is off, so a restart comes back empty.
+    Persistence is off, so a restart comes back empty; with ``appendonly=True`` every
+    write is in the append-only file (``appendfsync always``) before it is acknowledged,
+    so data survives a restart, even after SIGKILL.
     """
     server_bin = _find_binary("redis-server")
-    return start_with_port_retry(lambda: _build_single(server_bin, start_timeout))
+    extra = ["--appendonly", "yes", "--appendfsync", "always"] if appendonly else []
+    return start_with_port_retry(lambda: _build_single(server_bin, start_timeout, extra))
 
 
 class RedisClusterServer(ProcessServer):

@@ -1,0 +1,126 @@
+"""The deadline every call runs under, and the translation of declared driver errors."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import types
+from datetime import datetime
+
+import pytest
+from agentsessions import (
+    BackendTimeoutError,
+    BackendUnavailableError,
+    InvalidOptionError,
+    connect,
+)
+from agentsessions._memory import MemorySessionManager
+from agentsessions.backend import ErrorRule, LoadedSession, SaveRequest
+
+
+class DriverDown(Exception):
+    pass
+
+
+class Slow(MemorySessionManager):
+    """Memory, with hooks that hang (a silent server) or fail like a driver."""
+
+    driver_errors = (
+        ErrorRule((TimeoutError,), BackendTimeoutError),
+        ErrorRule((DriverDown,)),
+        ErrorRule((AttributeError,), raised_in="fakedriver."),
+    )
+    hang = False
+    fail: BaseException | None = None
+
+    async def _load(
+        self, session_id: str, last_events: int | None, now: datetime
+    ) -> LoadedSession | None:
+        if self.fail is not None:
+            raise self.fail
+        if self.hang:
+            await asyncio.sleep(3600)
+        return await super()._load(session_id, last_events, now)
+
+    async def _save(self, request: SaveRequest, now: datetime) -> None:
+        if self.hang:
+            await asyncio.sleep(3600)
+        await super()._save(request, now)
+
+
+def slow(**options: object) -> Slow:
+    return Slow.from_url("memory://", **options)
+
+
+def test_timeout_is_an_option_with_a_default() -> None:
+    assert connect("memory://").options.timeout == 10
+    assert connect("memory://?timeout=2.5").options.timeout == 2.5
+    with pytest.raises(InvalidOptionError, match="timeout"):
+        connect("memory://?timeout=0")
+    assert issubclass(BackendTimeoutError, BackendUnavailableError)
+
+
+async def test_a_hanging_call_raises_at_its_deadline_naming_it() -> None:
+    manager = slow(timeout=0.2)
+    await manager.create("s")
+    manager.hang = True
+    start = time.monotonic()
+    with pytest.raises(BackendTimeoutError) as caught:
+        await manager.get("s")
+    assert time.monotonic() - start < 2
+    assert caught.value.operation == "get" and caught.value.timeout == 0.2
+    assert "get() did not finish within its 0.2 s deadline" in str(caught.value)
+    manager.hang = False
+    assert await manager.get("s") is not None  # the manager is fine afterwards
+
+
+async def test_update_is_bounded_as_a_whole() -> None:
+    manager = slow(timeout=0.3)
+    await manager.create("s")
+    manager.hang = True
+    with pytest.raises(BackendTimeoutError) as caught:
+        await manager.update("s", lambda session: None)
+    assert caught.value.operation == "update"
+
+
+async def test_a_cancellation_by_the_caller_stays_a_cancellation() -> None:
+    manager = slow(timeout=30)
+    await manager.create("s")
+    manager.hang = True
+    with pytest.raises(asyncio.TimeoutError):
+        await asyncio.wait_for(manager.get("s"), 0.1)
+    task = asyncio.create_task(manager.get("s"))
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_declared_driver_errors_are_translated_and_others_are_not() -> None:
+    manager = slow()
+    await manager.create("s")
+    manager.fail = DriverDown("connection reset")
+    with pytest.raises(BackendUnavailableError, match="DriverDown: connection reset"):
+        await manager.get("s")
+    manager.fail = TimeoutError("socket timeout")
+    with pytest.raises(BackendTimeoutError, match="the driver gave up first"):
+        await manager.get("s")
+    manager.fail = KeyError("a bug")
+    with pytest.raises(KeyError):
+        await manager.get("s")
+
+
+async def test_a_broad_exception_type_is_matched_only_where_the_driver_raised_it() -> None:
+    driver = types.ModuleType("fakedriver.connection")
+    exec("def reconnect(conn):\n    return conn.writelines", driver.__dict__)
+    manager = slow()
+    await manager.create("s")
+    try:
+        driver.reconnect(None)
+    except AttributeError as exc:
+        manager.fail = exc
+    with pytest.raises(BackendUnavailableError, match="writelines"):
+        await manager.get("s")
+    manager.fail = AttributeError("our own bug")  # raised here, not in the driver
+    with pytest.raises(AttributeError):
+        await manager.get("s")
