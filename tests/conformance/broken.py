@@ -529,6 +529,7 @@ class DeleteUserTakesAnonymousManager(MemorySessionManager, Broken):
 
     caught_by = frozenset(
         {
+            "test_state_machine_agrees_with_the_reference",
             "test_delete_user_removes_exactly_that_users_sessions",
             "test_delete_user_erases_hundreds_of_sessions",
         }
@@ -548,7 +549,12 @@ class DeleteUserTakesAnonymousManager(MemorySessionManager, Broken):
 class PurgeDeletesLiveManager(MemorySessionManager, Broken):
     """purge_expired() deletes every session that has an expiry at all, due or not."""
 
-    caught_by = frozenset({"test_purge_expired_removes_exactly_the_expired"})
+    caught_by = frozenset(
+        {
+            "test_state_machine_agrees_with_the_reference",
+            "test_purge_expired_removes_exactly_the_expired",
+        }
+    )
 
     async def _purge_expired(self, now: datetime) -> int:
         with self._store.lock:
@@ -704,7 +710,10 @@ class CursorDropsTiesManager(_ListVariant, Broken):
     """The cursor compares created_at alone: sessions tied with the page's last are skipped."""
 
     caught_by = frozenset(
-        {"test_list_ties_page_by_id", "test_list_user_filter_holds_on_every_page"}
+        {
+            "test_list_ties_page_by_id",
+            "test_list_user_filter_holds_on_every_page",
+        }
     )
 
     def _after(self, record: SessionRecord, after: tuple[datetime, str]) -> bool:
@@ -723,7 +732,9 @@ class CursorRepeatsLastManager(_ListVariant, Broken):
 class TieBreakAscendingManager(_ListVariant, Broken):
     """Ties on created_at are ordered by session_id ascending (``ORDER BY created_at DESC, id``)."""
 
-    caught_by = frozenset({"test_list_ties_page_by_id"})
+    caught_by = frozenset(
+        {"test_state_machine_agrees_with_the_reference", "test_list_ties_page_by_id"}
+    )
 
     def _key(self, record: SessionRecord) -> tuple[Any, ...]:
         return (record.created_at, [-ord(c) for c in record.session_id])
@@ -834,7 +845,12 @@ class _KeyedManager(MemorySessionManager):
 class CaseFoldedIdsManager(_KeyedManager, Broken):
     """Ids are keyed case-insensitively (a NOCASE collation, a lower-cased key)."""
 
-    caught_by = frozenset({"test_ids_differing_in_case_space_or_metacharacters_are_distinct"})
+    caught_by = frozenset(
+        {
+            "test_state_machine_agrees_with_the_reference",
+            "test_ids_differing_in_case_space_or_metacharacters_are_distinct",
+        }
+    )
 
     def _key(self, session_id: str) -> str:
         return session_id.casefold()
@@ -843,7 +859,12 @@ class CaseFoldedIdsManager(_KeyedManager, Broken):
 class StrippedIdsManager(_KeyedManager, Broken):
     """Ids are keyed with surrounding whitespace stripped (a form-field habit)."""
 
-    caught_by = frozenset({"test_ids_differing_in_case_space_or_metacharacters_are_distinct"})
+    caught_by = frozenset(
+        {
+            "test_state_machine_agrees_with_the_reference",
+            "test_ids_differing_in_case_space_or_metacharacters_are_distinct",
+        }
+    )
 
     def _key(self, session_id: str) -> str:
         return session_id.strip()

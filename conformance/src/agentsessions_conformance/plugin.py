@@ -49,6 +49,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help="seconds each conformance clause may take before it fails as hung (default 60)",
     )
+    group.addoption(
+        "--conformance-machine-examples",
+        metavar="N",
+        type=int,
+        default=None,
+        help="Hypothesis runs of the kit's state machine clause (default 25)",
+    )
     parser.addini("session_url", "backend URL to run the conformance kit against", default="")
     parser.addini("conformance_time_limit", "seconds each conformance clause may take", default="")
 

@@ -560,9 +560,10 @@ class RedisSessionManager(SessionManager):
                 return None, None
             return None, _Fix(entry, None if expired else created)
         if expired:
-            # This very session expired: the entry can go at once (a new create of the id
-            # would carry another score, which the conditional removal leaves alone).
-            return None, _Fix(entry, None)
+            # Expired by our clock but still stored: the entry stays, so purge_expired finds
+            # and erases the session (and counts it); once Redis expires the keys, the
+            # "gone" branch above drops the entry.
+            return None, None
         return _summary(fields), None
 
     async def _apply_fixes(self, fixes: list[_Fix]) -> None:

@@ -20,6 +20,7 @@ from ._tests_isolation import IsolationTests
 from ._tests_lifecycle import LifecycleTests
 from ._tests_listing import ListingTests
 from ._tests_misuse import MisuseFuzzTests, MisuseTests
+from ._tests_model import ModelTests
 from ._tests_restore import RestoreTests
 from ._tests_save import SaveTests
 from ._tests_ttl import TtlTests
@@ -30,6 +31,7 @@ __all__ = ["SessionManagerTests"]
 
 class SessionManagerTests(
     # pytest collects the last base's tests first: this runs create, get, save, ... first.
+    ModelTests,
     LifecycleTests,
     MisuseTests,
     MisuseFuzzTests,

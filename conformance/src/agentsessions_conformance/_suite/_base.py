@@ -89,6 +89,7 @@ class SuiteBase:
     _variants: list[tuple[SessionManager, bool]]
     _observers: dict[Any, SessionManager]
     _time_limit: float
+    _machine_examples: int | None
     clock: FrozenClock
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -129,6 +130,8 @@ class SuiteBase:
         self._variants = []
         self._observers = {}
         self._time_limit = _configured_limit(request.config, type(self).time_limit)
+        examples = request.config.getoption("conformance_machine_examples", None)
+        self._machine_examples = int(examples) if examples else None
         self.clock = FrozenClock()
         recorder = recorder_of(request.config)
         if recorder is None and type(self).known_divergences:

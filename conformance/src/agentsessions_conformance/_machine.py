@@ -1,0 +1,388 @@
+"""The model-based clause: a Hypothesis state machine with the memory backend as the model.
+
+Every rule performs one operation of the contract on the backend under test and on a
+reference `MemorySessionManager`, both on the kit's `FrozenClock`, and asserts that
+both gave the same result or raised the same error; after every step every id of the
+small pool is read back from both and both full listings are compared. A difference
+fails with the step sequence Hypothesis shrank it to.
+
+The adopter's manager lives on pytest-asyncio's event loop, and Hypothesis drives a
+state machine synchronously, so the machine runs in a worker thread and hands each
+operation to the loop (`asyncio.run_coroutine_threadsafe`), with a bounded wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from collections.abc import Callable, Coroutine
+from dataclasses import asdict
+from datetime import datetime, timezone
+from typing import Any, TypeVar
+
+from agentsessions import (
+    Event,
+    MemorySessionManager,
+    Session,
+    SessionError,
+    SessionManager,
+    SessionSummary,
+)
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.internal.conjecture import engine
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from ._clock import FrozenClock
+
+__all__ = ["MachineConfig", "run_machine"]
+
+T = TypeVar("T")
+
+#: Ids that collide only if a backend mangles them, and users that own them.
+IDS = ("a", "A", "a:b", " a", "b*", "{c}")
+USERS = (None, "u1", "u2")
+TTL = 100.0
+#: Most copies a run holds for later saves (stale ones included).
+MAX_HELD = 6
+STEP_WAIT = 30.0
+
+
+class MachineConfig:
+    """What the runs share: the managers under test (one store, emptied of the id pool
+    before each run), the loop they live on, the clock, and the stop flag."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        subjects: list[SessionManager],
+        clock: FrozenClock,
+        ttl: bool,
+        stop: threading.Event,
+    ) -> None:
+        self.loop = loop
+        self.subjects = subjects
+        self.clock = clock
+        self.ttl = ttl
+        self.stop = stop
+
+    def call(self, coro: Coroutine[Any, Any, T]) -> T:
+        if self.stop.is_set():
+            coro.close()
+            raise AssertionError("the state machine was stopped (time limit)")
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(STEP_WAIT)
+
+
+def _outcome(result: Any) -> Any:
+    if isinstance(result, Session):
+        return ("session", result.model_dump())
+    if isinstance(result, list) and result and isinstance(result[0], SessionSummary):
+        return ("summaries", [asdict(item) for item in result])
+    return ("value", result)
+
+
+async def _attempt(call: Coroutine[Any, Any, Any]) -> tuple[str, Any]:
+    try:
+        return "ok", await call
+    except SessionError as exc:
+        return "raised", type(exc)
+
+
+async def _forget(manager: SessionManager) -> None:
+    for session_id in IDS:
+        await manager.delete(session_id)
+
+
+def _same(got: tuple[str, Any], want: tuple[str, Any], what: str) -> None:
+    if want[0] == "raised":
+        assert got[0] == "raised" and issubclass(got[1], want[1]), (
+            f"{what}: the reference raised {want[1].__name__}, the backend gave {got[1]!r}"
+        )
+    else:
+        assert got[0] == "ok", f"{what}: the reference succeeded, the backend raised {got[1]}"
+        assert _outcome(got[1]) == _outcome(want[1]), f"{what}: results differ"
+
+
+def _machine(config: MachineConfig) -> type[RuleBasedStateMachine]:
+    when = datetime(2024, 1, 1, tzinfo=timezone.utc)
+
+    class ContractMachine(RuleBasedStateMachine):
+        def __init__(self) -> None:
+            super().__init__()
+            ttl = {"ttl": TTL} if config.ttl else {}
+            self.reference: SessionManager = MemorySessionManager.from_url(
+                f"memory://kit-model-{uuid.uuid4().hex}", **ttl
+            )
+            self.reference.clock = config.clock
+            self.subjects = config.subjects
+            self.observed = 0
+            config.call(_forget(self.subjects[0]))
+            self.held: list[tuple[Session, Session, object]] = []
+            self.serial = 0
+
+        def teardown(self) -> None:
+            if not config.stop.is_set():
+                config.call(self.reference.close())
+
+        # -- helpers --------------------------------------------------------------------
+
+        def both(
+            self,
+            via: int,
+            op: Callable[[SessionManager], Coroutine[Any, Any, Any]],
+            what: str,
+        ) -> tuple[Any, Any]:
+            subject = self.subjects[via % len(self.subjects)]
+
+            async def pair() -> tuple[tuple[str, Any], tuple[str, Any]]:
+                return await _attempt(op(subject)), await _attempt(op(self.reference))
+
+            got, want = config.call(pair())
+            _same(got, want, what)
+            return got[1], want[1]
+
+        def life(self, session_id: str) -> object:
+            """The reference's stored object for *session_id*: a new one per create."""
+            space = self.reference._store.spaces.get(self.reference.options.namespace, {})  # type: ignore[attr-defined]
+            return space.get(session_id)
+
+        def hold(self, got: Any, want: Any) -> None:
+            if isinstance(got, Session) and isinstance(want, Session):
+                self.held.append((got, want, self.life(want.session_id)))
+                del self.held[:-MAX_HELD]
+
+        def event(self, content: str) -> Event:
+            self.serial += 1
+            return Event(id=f"e{self.serial}", author="user", content=content, timestamp=when)
+
+        # -- rules ----------------------------------------------------------------------
+
+        @initialize(
+            seeds=st.lists(
+                st.tuples(st.sampled_from(IDS), st.sampled_from(USERS), st.integers(0, 4)),
+                min_size=1,
+                max_size=3,
+            )
+        )
+        def seed(self, seeds: list[tuple[str, str | None, int]]) -> None:
+            # Every run starts from a few sessions with histories, so short runs test too.
+            for session_id, user, count in seeds:
+                got, want = self.both(
+                    0,
+                    lambda m, sid=session_id, owner=user: m.create(sid, owner),  # type: ignore[misc]
+                    f"create({session_id!r})",
+                )
+                if isinstance(got, Session) and isinstance(want, Session):
+                    events = [self.event(f"seed{i}") for i in range(count)]
+                    got.events.extend(events)
+                    want.events.extend(events)
+
+                    def save(
+                        m: SessionManager, mine: Session = got, theirs: Session = want
+                    ) -> Coroutine[Any, Any, None]:
+                        return m.save(theirs if m is self.reference else mine)
+
+                    self.both(0, save, "save")
+                    self.hold(got, want)
+
+        @rule(
+            session_id=st.sampled_from(IDS),
+            user=st.sampled_from(USERS),
+            state=st.sampled_from([None, {}, {"k": 1}, {"nested": {"x": [1, "two"]}}]),
+            via=st.integers(0, 1),
+        )
+        def create(self, session_id: str, user: str | None, state: Any, via: int) -> None:
+            got, want = self.both(
+                via, lambda m: m.create(session_id, user, state=state), f"create({session_id!r})"
+            )
+            self.hold(got, want)
+
+        @rule(
+            session_id=st.sampled_from(IDS),
+            user=st.sampled_from(USERS),
+            last_events=st.sampled_from([None, 0, 1, 2, 50]),
+            via=st.integers(0, 1),
+        )
+        def get(self, session_id: str, user: str | None, last_events: int | None, via: int) -> None:
+            got, want = self.both(
+                via,
+                lambda m: m.get(session_id, user_id=user, last_events=last_events),
+                f"get({session_id!r}, user_id={user!r}, last_events={last_events})",
+            )
+            self.hold(got, want)
+
+        @rule(session_id=st.sampled_from(IDS), user=st.sampled_from(USERS), via=st.integers(0, 1))
+        def get_or_create(self, session_id: str, user: str | None, via: int) -> None:
+            got, want = self.both(
+                via, lambda m: m.get_or_create(session_id, user), f"get_or_create({session_id!r})"
+            )
+            self.hold(got, want)
+
+        @precondition(lambda self: bool(self.held))
+        @rule(
+            pick=st.integers(0, MAX_HELD - 1),
+            edit=st.sampled_from(["append", "append3", "pop", "clear", "rewrite", "state", "none"]),
+            via=st.integers(0, 1),
+        )
+        def save(self, pick: int, edit: str, via: int) -> None:
+            got_copy, want_copy, life = self.held[pick % len(self.held)]
+            now_life = self.life(want_copy.session_id)
+            if now_life is not None and now_life is not life:
+                # A copy of an earlier life of the id (deleted or expired, then created
+                # again): where its version number matches the new life's, backends
+                # differ today (see the kit README, "Known gaps"); not compared here.
+                self.held.remove((got_copy, want_copy, life))
+                return
+            events: list[Event] = []
+            if edit.startswith("append"):
+                events = [self.event(edit) for _ in range(3 if edit == "append3" else 1)]
+            for copy in (got_copy, want_copy):
+                if edit.startswith("append"):
+                    copy.events.extend(events)
+                elif edit == "pop" and copy.events:
+                    copy.events.pop()
+                elif edit == "clear":
+                    copy.events.clear()
+                elif edit == "rewrite" and copy.events:
+                    copy.events[0] = copy.events[0].model_copy(update={"content": "rewritten"})
+                elif edit == "state":
+                    copy.state["n"] = copy.state.get("n", 0) + 1
+            subject = self.subjects[via % len(self.subjects)]
+
+            async def pair() -> tuple[tuple[str, Any], tuple[str, Any]]:
+                return await _attempt(subject.save(got_copy)), await _attempt(
+                    self.reference.save(want_copy)
+                )
+
+            got, want = config.call(pair())
+            _same(got, want, f"save ({edit}) of {got_copy.session_id!r}")
+            assert got_copy.model_dump() == want_copy.model_dump()
+
+        @rule(
+            session_id=st.sampled_from(IDS),
+            user=st.sampled_from(USERS),
+            create=st.booleans(),
+            via=st.integers(0, 1),
+        )
+        def update(self, session_id: str, user: str | None, create: bool, via: int) -> None:
+            event = self.event("update")
+
+            def fn(session: Session) -> None:
+                session.events.append(event)
+                session.state["updates"] = session.state.get("updates", 0) + 1
+
+            self.both(
+                via,
+                lambda m: m.update(session_id, fn, user_id=user, create=create),
+                f"update({session_id!r}, user_id={user!r}, create={create})",
+            )
+
+        @rule(session_id=st.sampled_from(IDS), user=st.sampled_from(USERS), via=st.integers(0, 1))
+        def delete(self, session_id: str, user: str | None, via: int) -> None:
+            self.both(
+                via,
+                lambda m: m.delete(session_id, user_id=user),
+                f"delete({session_id!r}, user_id={user!r})",
+            )
+
+        @rule(user=st.sampled_from(USERS[1:]), via=st.integers(0, 1))
+        def delete_user(self, user: str, via: int) -> None:
+            self.both(via, lambda m: m.delete_user(user), f"delete_user({user!r})")
+
+        @rule(
+            user=st.sampled_from(USERS),
+            limit=st.sampled_from([1, 2, 3, 100]),
+            via=st.integers(0, 1),
+        )
+        def list_pages(self, user: str | None, limit: int, via: int) -> None:
+            async def walk(manager: SessionManager) -> list[Any]:
+                pages: list[Any] = []
+                cursor = None
+                for _ in range(len(IDS) + 2):
+                    page = await manager.list_sessions(user_id=user, limit=limit, cursor=cursor)
+                    pages.append([asdict(item) for item in page.items])
+                    cursor = page.next_cursor
+                    if cursor is None:
+                        return pages
+                raise AssertionError("paging did not end")
+
+            self.both(via, walk, f"list_sessions(user_id={user!r}, limit={limit}) page by page")
+
+        @rule(via=st.integers(0, 1))
+        def purge_expired(self, via: int) -> None:
+            self.both(via, lambda m: m.purge_expired(), "purge_expired()")
+
+        # Whole milliseconds, like every timestamp of a run (the clock starts on one):
+        # the kit holds expiry exact to the millisecond, as BSON dates store it.
+        @rule(seconds=st.sampled_from([0.001, 1.0, TTL / 2, TTL + 1]))
+        def advance_clock(self, seconds: float) -> None:
+            config.clock.advance(seconds)
+
+        # -- after every step -----------------------------------------------------------
+
+        @invariant()
+        def everything_agrees(self) -> None:
+            async def observe(manager: SessionManager) -> Any:
+                sessions = {}
+                for session_id in IDS:
+                    found = await manager.get(session_id)
+                    sessions[session_id] = None if found is None else found.model_dump()
+                listing = await manager.list_sessions(limit=100)
+                return sessions, [asdict(item) for item in listing.items]
+
+            # Through each manager in turn: a manager that serves what it remembers
+            # instead of what is stored disagrees after the other one's writes.
+            self.observed += 1
+            subject = self.subjects[self.observed % len(self.subjects)]
+
+            async def everyone() -> list[Any]:
+                return [await observe(m) for m in (self.reference, subject)]
+
+            want, *gots = config.call(everyone())
+            for got in gots:
+                assert got[0] == want[0], "stored sessions differ from the reference"
+                assert got[1] == want[1], "listings differ from the reference"
+
+    return ContractMachine
+
+
+def run_machine(
+    config: MachineConfig,
+    examples: int,
+    steps: int,
+    shrink_seconds: float,
+    derandomize: bool = False,
+) -> None:
+    """Run the machine (blocking: call it in a worker thread).
+
+    Hypothesis shrinks a failure for up to five minutes, far past any clause's time
+    limit on a slow backend; *shrink_seconds* caps that (through the engine's module
+    constant, the only knob it has), so a failure still comes back shrunk, if less so.
+    """
+    saved = getattr(engine, "MAX_SHRINKING_SECONDS", None)
+    if saved is not None:
+        engine.MAX_SHRINKING_SECONDS = shrink_seconds  # type: ignore[assignment]
+    try:
+        run_state_machine_as_test(
+            _machine(config),
+            settings=settings(
+                max_examples=examples,
+                stateful_step_count=steps,
+                deadline=None,
+                database=None,
+                suppress_health_check=list(HealthCheck),
+                report_multiple_bugs=False,
+                derandomize=derandomize,
+            ),
+        )
+    finally:
+        if saved is not None:
+            engine.MAX_SHRINKING_SECONDS = saved
