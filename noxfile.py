@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import nox
+import nox.virtualenv
 
 nox.options.default_venv_backend = "uv"
 nox.options.reuse_existing_virtualenvs = True
@@ -85,7 +86,7 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def typecheck(session: nox.Session) -> None:
-    """mypy --strict on core and the kit (configured in pyproject.toml)."""
+    """mypy --strict on core, the kit, the backends, the bench and the tools (pyproject.toml)."""
     session.install("mypy>=1.13", *TEST_DEPS, *_editable(*MEMBERS))
     session.run("mypy")
 
@@ -97,6 +98,8 @@ def tests(session: nox.Session) -> None:
     tests/backends (memory included) is run per backend by `conformance`.
     """
     session.install(*TEST_DEPS, *OTEL_TEST_DEPS, "redis>=5.3", *_editable(*MEMBERS))
+    # tests/core/test_install.py builds a fresh venv with the uv nox itself uses.
+    session.env.setdefault("AGENTSESSIONS_UV", shutil.which("uv") or nox.virtualenv.UV)
     session.run(
         "pytest", "tests", "--ignore=tests/backends", "--ignore=tests/faults", *session.posargs
     )

@@ -20,6 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+from agentsessions_testservers import Kind
+from agentsessions_testservers import find as find_server
+
 from ._floors import floor_for
 from ._ours import OurStore, engine_of_url
 from ._peers import (
@@ -43,7 +46,7 @@ _SCHEMES = {
     "redis-cluster": "redis+cluster",
     "mongo": "mongodb",
 }
-_SERVER_KIND = {
+_SERVER_KIND: dict[str, Kind] = {
     "postgres": "postgres",
     "redis": "redis",
     "redis-cluster": "redis-cluster",
@@ -75,12 +78,6 @@ def _backend_ready(engine: str) -> str | None:
     if _SCHEMES[engine] not in backends:
         return f"no installed backend serves {_SCHEMES[engine]}:// (not written yet?)"
     return None
-
-
-def _find_server(kind: str) -> str:
-    from agentsessions_testservers import find
-
-    return find(kind)
 
 
 def _with_database(url: str, database: str) -> str:
@@ -139,7 +136,7 @@ async def plan_suite(
             where = ""
             if engine in _SERVER_KIND:
                 try:
-                    where = _find_server(_SERVER_KIND[engine])
+                    where = find_server(_SERVER_KIND[engine])
                 except Exception as exc:
                     plan.skipped.append({"engine": engine, "reason": f"no server: {exc}"})
                     continue

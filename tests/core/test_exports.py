@@ -2,21 +2,30 @@
 
 from __future__ import annotations
 
+import ast
+import importlib
 import inspect
 import types
+from pathlib import Path
 
 import agentsessions
 import agentsessions.backend
+import agentsessions.runtime
 import pytest
 
+ROOT = Path(__file__).resolve().parents[2]
+PUBLIC_MODULES = [agentsessions, agentsessions.backend, agentsessions.runtime]
+# Distributions built on core: they must need nothing that lives only in a private module.
+DEPENDENTS = ["backends", "conformance/src", "bench/agentsessions_bench", "tools/testservers/src"]
 
-@pytest.mark.parametrize("module", [agentsessions, agentsessions.backend])
+
+@pytest.mark.parametrize("module", PUBLIC_MODULES)
 def test_all_names_exist(module: types.ModuleType) -> None:
     missing = [name for name in module.__all__ if not hasattr(module, name)]
     assert missing == []
 
 
-@pytest.mark.parametrize("module", [agentsessions, agentsessions.backend])
+@pytest.mark.parametrize("module", PUBLIC_MODULES)
 def test_all_is_complete(module: types.ModuleType) -> None:
     public = {
         name
@@ -26,6 +35,39 @@ def test_all_is_complete(module: types.ModuleType) -> None:
         and getattr(value, "__module__", "").startswith("agentsessions")
     }
     assert public - set(module.__all__) == set()
+
+
+def _core_imports() -> list[tuple[str, str, str]]:
+    """(file, module, name) of every ``from agentsessions... import name`` outside core."""
+    found = []
+    for top in DEPENDENTS:
+        for path in sorted((ROOT / top).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    if node.module.split(".")[0] == "agentsessions":
+                        found += [
+                            (str(path.relative_to(ROOT)), node.module, a.name) for a in node.names
+                        ]
+                elif isinstance(node, ast.Import):
+                    found += [
+                        (str(path.relative_to(ROOT)), a.name, "")
+                        for a in node.names
+                        if a.name.split(".")[0] == "agentsessions"
+                    ]
+    return found
+
+
+def test_backends_and_tools_use_only_public_names_of_core() -> None:
+    imports = _core_imports()
+    assert len({file for file, _, _ in imports}) >= 10  # the scan found the dependents
+    private = [i for i in imports if any(part.startswith("_") for part in i[1].split("."))]
+    assert private == []
+    unexported = [
+        (file, module, name)
+        for file, module, name in imports
+        if name and name not in getattr(importlib.import_module(module), "__all__", ())
+    ]
+    assert unexported == []
 
 
 def test_every_error_derives_from_session_error() -> None:

@@ -19,6 +19,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         )
     for report in REPORT:
         terminalreporter.write_line(report.line())
+    if not REPORT:
+        return
     total_calls = sum(report.calls for report in REPORT)
     lost = sum(report.lost for report in REPORT)
     twice = sum(report.applied_twice for report in REPORT)

@@ -194,3 +194,33 @@ async def test_a_frozen_server_times_every_call_out_and_the_manager_recovers(
         assert await managers["update"].update("frozen-update", _noop) is not None
     finally:
         await asyncio.gather(*(m.close() for m in [*managers.values(), late]))
+
+
+# -- engine-specific timeouts shorter than the deadline -------------------------------------
+
+
+async def test_mongo_connect_timeout_bounds_finding_a_server(silent: SilentServer) -> None:
+    url = SILENT_URLS["mongo"].format(port=silent.port)
+    manager = connect(url, timeout=30, connect_timeout=0.5)
+    try:
+        took, error = await timed(manager.get("s"))
+    finally:
+        await manager.close()
+    assert isinstance(error, BackendTimeoutError), repr(error)
+    assert took < 0.5 + MARGIN, f"connect_timeout=0.5 but the call took {took:.2f} s"
+    DEADLINES.append(("mongo silent server, connect_timeout=0.5 (timeout 30)", 0.5, took, 1))
+
+
+async def test_redis_socket_timeout_bounds_each_reply(silent: SilentServer) -> None:
+    url = SILENT_URLS["redis"].format(port=silent.port)
+    manager = connect(url, timeout=30, socket_timeout=0.3, connect_timeout=0.3, retries=1)
+    try:
+        took, error = await timed(manager.get("s"))
+    finally:
+        await manager.close()
+    assert isinstance(error, BackendTimeoutError), repr(error)
+    # Two attempts (retries=1) of at most 0.3 s each, well inside the 30 s deadline.
+    assert took < 2 * 0.3 + MARGIN, f"the call took {took:.2f} s"
+    DEADLINES.append(
+        ("redis silent server, socket_timeout=0.3, retries=1 (timeout 30)", 0.6, took, 1)
+    )

@@ -3,13 +3,16 @@ retries exhausted; standard `logging` records with structured fields."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from datetime import datetime
 from pathlib import Path
 
 import pytest
 from agentsessions import (
+    BackendTimeoutError,
     BackendUnavailableError,
+    ManagerOptions,
     MemorySessionManager,
     Session,
     SessionConflictError,
@@ -120,3 +123,35 @@ async def test_an_update_that_runs_out_of_retries_says_so(
     assert exhausted.levelno == logging.WARNING
     assert exhausted.retries == 2  # type: ignore[attr-defined]
     assert "hot" not in exhausted.getMessage()  # no session ids in the log
+
+
+class Frozen(MemorySessionManager):
+    """Memory, with a switch that makes reads hang as a frozen server would."""
+
+    frozen = False
+
+    async def _load(
+        self, session_id: str, last_events: int | None, now: datetime
+    ) -> LoadedSession | None:
+        if self.frozen:
+            await asyncio.sleep(30)  # the call's deadline (0.2 s) ends it long before
+        return await super()._load(session_id, last_events, now)
+
+
+async def test_a_call_that_runs_out_of_time_is_an_outage_until_one_succeeds(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="agentsessions")
+    manager = Frozen("memory://", ManagerOptions(timeout=0.2))
+    async with manager:
+        await manager.create("s")
+        manager.frozen = True
+        for _ in range(2):
+            with pytest.raises(BackendTimeoutError):
+                await asyncio.wait_for(manager.get("s"), 10)
+        manager.frozen = False
+        assert await manager.get("s") is not None
+    (lost,) = _events(caplog, "connection_lost")
+    assert "BackendTimeoutError" in lost.getMessage()
+    (recovered,) = _events(caplog, "connection_recovered")
+    assert recovered.failures == 2  # type: ignore[attr-defined]

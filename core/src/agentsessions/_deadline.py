@@ -17,6 +17,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from . import _instrumentation
 from ._errors import BackendTimeoutError, BackendUnavailableError
 
 if TYPE_CHECKING:
@@ -123,7 +124,9 @@ async def call(manager: SessionManager, operation: str) -> AsyncIterator[None]:
     except (Exception, asyncio.CancelledError) as exc:
         handle.cancel()
         if fired and _uncancel(task) <= cancelling:
-            raise BackendTimeoutError(manager.url, operation, timeout) from None
+            error = BackendTimeoutError(manager.url, operation, timeout)
+            _instrumentation.deadline_exceeded(manager, error)
+            raise error from None
         if isinstance(exc, asyncio.CancelledError):
             raise
         error = manager._translate(exc)

@@ -49,6 +49,7 @@ __all__ = [
     "connection_failed",
     "connection_lost",
     "connection_opened",
+    "deadline_exceeded",
     "inherit",
     "instrument",
     "instrumented",
@@ -513,6 +514,14 @@ def connection_failed(manager: SessionManager, error: BaseException) -> None:
 def connection_lost(manager: SessionManager, error: BaseException) -> None:
     """A call on an open manager found the backend unreachable."""
     _outage(manager, error, _log.connection_lost)
+
+
+def deadline_exceeded(manager: SessionManager, error: BaseException) -> None:
+    """A call ran out of time: the backend is as good as unreachable until one succeeds."""
+    if manager._opened:
+        connection_lost(manager, error)
+    else:
+        connection_failed(manager, error)
 
 
 def _outage(

@@ -435,11 +435,16 @@ class SessionManager(abc.ABC):
         mark_loaded(session, offset=offset, partial=last_events is not None)
         return session
 
-    async def get_or_create(self, session_id: str, user_id: str | None = None) -> Session:
-        """Get the session, creating it if absent. Concurrent callers share one creation."""
+    async def get_or_create(
+        self, session_id: str, user_id: str | None = None, *, last_events: int | None = None
+    ) -> Session:
+        """Get the session, creating it if absent. Concurrent callers share one creation.
+
+        ``last_events=N`` loads only the newest N events of a stored session, as `get`.
+        """
         async with _deadline.call(self, "get_or_create"):
             while True:
-                session = await self.get(session_id, user_id=user_id)
+                session = await self.get(session_id, user_id=user_id, last_events=last_events)
                 if session is not None:
                     return session
                 try:
@@ -610,6 +615,7 @@ class SessionManager(abc.ABC):
         user_id: str | None = None,
         create: bool = False,
         retries: int = DEFAULT_UPDATE_RETRIES,
+        last_events: int | None = None,
     ) -> Session:
         """Load, apply *fn*, save; on `SessionConflictError` reload and apply again.
 
@@ -622,13 +628,18 @@ class SessionManager(abc.ABC):
         with its token (see `save`) until it gets a definite answer: *fn*'s change is
         never applied twice. If the deadline passes first, `BackendTimeoutError` is
         raised and the change may or may not be stored (`get` tells).
+        ``last_events=N`` loads only the newest N events on each attempt (``0`` for an
+        append that needs no history); *fn* may then append events or remove them from
+        the end, not both (`PartialSessionError`).
         """
         async with _deadline.call(self, "update"):
             for attempt in range(retries + 1):
                 if create:
-                    session: Session | None = await self.get_or_create(session_id, user_id)
+                    session: Session | None = await self.get_or_create(
+                        session_id, user_id, last_events=last_events
+                    )
                 else:
-                    session = await self.get(session_id, user_id=user_id)
+                    session = await self.get(session_id, user_id=user_id, last_events=last_events)
                 if session is None:
                     raise SessionNotFoundError(session_id)
                 result = fn(session)
@@ -658,10 +669,13 @@ class SessionManager(abc.ABC):
 
     @asynccontextmanager
     async def session(
-        self, session_id: str, *, user_id: str | None = None
+        self, session_id: str, *, user_id: str | None = None, last_events: int | None = None
     ) -> AsyncIterator[Session]:
-        """``async with manager.session(id) as s:`` gets or creates, and saves on normal exit."""
-        session = await self.get_or_create(session_id, user_id)
+        """``async with manager.session(id) as s:`` gets or creates, and saves on normal exit.
+
+        ``last_events=N`` loads only the newest N events, as `get`.
+        """
+        session = await self.get_or_create(session_id, user_id, last_events=last_events)
         yield session
         await self.save(session)
 

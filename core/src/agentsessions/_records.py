@@ -107,7 +107,6 @@ class EventRecord:
     """One event at its position (0-based) in the session; ``data`` is the whole event as JSON."""
 
     position: int
-    event_id: str
     data: str
 
 
@@ -223,7 +222,7 @@ def encode_event(event: Event, position: int, path: str) -> EventRecord:
         )
     _json.check_json(fields["content"], f"{path}.content")
     _json.check_json(metadata, f"{path}.metadata")
-    return EventRecord(position=position, event_id=event.id, data=event.model_dump_json())
+    return EventRecord(position=position, data=event.model_dump_json())
 
 
 def encode_cursor(created_at: datetime, session_id: str) -> str:

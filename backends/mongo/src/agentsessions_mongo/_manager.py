@@ -212,10 +212,11 @@ class MongoSessionManager(SessionManager):
         timeout = options.timeout
         # Every driver wait is bounded by the deadline; a shorter one given wins. A
         # connect_timeout alone also bounds finding a server (what else is connecting?).
+        # Not timeoutMS: with it pymongo ignores serverSelectionTimeoutMS, so a shorter
+        # connect_timeout would not be honoured; the manager enforces the deadline.
         selection = options.server_selection_timeout or options.connect_timeout or timeout
         in_url = {name.lower() for name in parse_qs(urlsplit(self._url).query)}
         for name, value in (
-            ("timeoutMS", timeout),
             ("serverSelectionTimeoutMS", min(selection, timeout)),
             ("connectTimeoutMS", min(options.connect_timeout or timeout, timeout)),
             ("socketTimeoutMS", min(options.socket_timeout or timeout, timeout)),

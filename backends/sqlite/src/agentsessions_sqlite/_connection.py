@@ -161,7 +161,7 @@ class Link:
         with SQLITE_BUSY when another writer committed in between).
         """
         job = _Job()
-        box = await self._execute(
+        box: list[T] = await self._execute(
             job, _transaction, self._raw, "BEGIN IMMEDIATE", self._budget(), fn, args, job
         )
         return box.pop()
@@ -169,7 +169,7 @@ class Link:
     async def read(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(conn, *args)`` inside a read transaction: all its queries see one snapshot."""
         job = _Job()
-        box = await self._execute(
+        box: list[T] = await self._execute(
             job, _transaction, self._raw, "BEGIN", self._budget(), fn, args, job
         )
         return box.pop()
@@ -177,7 +177,7 @@ class Link:
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(conn, *args)`` in the connection thread, outside any transaction."""
         job = _Job()
-        box = await self._execute(
+        box: list[T] = await self._execute(
             job, _retrying_busy, self._budget(), lambda: fn(self._raw, *args), job
         )
         return box.pop()

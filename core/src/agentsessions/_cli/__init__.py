@@ -12,7 +12,6 @@ import argparse
 import importlib
 import importlib.metadata
 import importlib.util
-import logging
 import sys
 from collections.abc import Sequence
 
@@ -64,11 +63,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if importlib.util.find_spec("rich") is None:
         print(_MISSING_CLI, file=sys.stderr)
         return 2
-    # Each failure is reported once, as the verb's one-line error: without a handler of
-    # its own, the library's warnings would reach stderr a second time via lastResort.
-    logger = logging.getLogger("agentsessions")
-    if not any(isinstance(handler, logging.NullHandler) for handler in logger.handlers):
-        logger.addHandler(logging.NullHandler())
     parser = build_parser()
     args = parser.parse_args(argv)
     code: int = args.func(args)

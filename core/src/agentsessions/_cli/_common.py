@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import logging
-import sys
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from rich.console import Console
 
@@ -43,10 +41,6 @@ EXIT_CODES_HELP = """exit codes:
   2    bad usage or input (unknown scheme, bad option, malformed file line)
   3    the backend's server could not be reached
   130  interrupted"""
-
-# The command reports each failure itself, as one line: the library's operator log
-# (which Python would otherwise print through its last-resort handler) would repeat it.
-logging.getLogger("agentsessions").addHandler(logging.NullHandler())
 
 # Colour and markup only on a terminal; piped output stays plain text.
 console = Console(highlight=False, soft_wrap=False)
@@ -90,9 +84,3 @@ def run(main: Callable[[], Awaitable[int]]) -> int:
 
 async def _call(main: Callable[[], Awaitable[T]]) -> T:
     return await main()
-
-
-def print_json_line(data: Any) -> None:
-    """Write one JSON document to stdout, unstyled."""
-    sys.stdout.write(data if isinstance(data, str) else str(data))
-    sys.stdout.write("\n")

@@ -35,7 +35,7 @@ from agents.memory.session_settings import (
     resolve_session_limit,
 )
 
-from .._errors import InvalidInputError, SessionConflictError, SessionExistsError
+from .._errors import InvalidInputError, SessionConflictError
 from .._manager import DEFAULT_UPDATE_RETRIES, SessionManager, validate_id
 from .._models import Event, Session
 from ._shared import backoff, finish_despite_cancellation
@@ -130,23 +130,16 @@ class AgentSessionsSession(SessionABC):
         await finish_despite_cancellation(self._append(events))
 
     async def _append(self, events: list[Event]) -> None:
-        # Not `manager.update`: that loads the whole history on every attempt, and an
-        # append needs none of it (a load of zero events still carries the version).
-        attempt = 0
-        while True:
-            session = await self._load(last_events=0)
-            if session is None:
-                try:
-                    session = await self.manager.create(self.session_id, self.user_id)
-                except SessionExistsError:
-                    continue  # created by a concurrent writer: load theirs
-            session.events.extend(events)
-            try:
-                await self.manager.save(session)
-            except SessionConflictError as conflict:
-                attempt = await self._after_conflict(conflict, attempt)
-                continue
-            return
+        # An append needs none of the history: a load of zero events still carries the
+        # version the save checks.
+        await self.manager.update(
+            self.session_id,
+            lambda session: session.events.extend(events),
+            user_id=self.user_id,
+            create=True,
+            retries=self.retries,
+            last_events=0,
+        )
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Remove the newest item and return it; None when there is none."""

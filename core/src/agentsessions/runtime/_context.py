@@ -35,7 +35,6 @@ from .. import _json
 from .._errors import (
     InvalidInputError,
     SessionConflictError,
-    SessionExistsError,
     SessionNotFoundError,
 )
 from .._manager import SessionManager, backoff
@@ -437,19 +436,6 @@ def _same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-async def _load_or_create(
-    manager: SessionManager, session_id: str, user_id: str | None, last_events: int | None
-) -> Session:
-    while True:
-        session = await manager.get(session_id, user_id=user_id, last_events=last_events)
-        if session is not None:
-            return session
-        try:
-            return await manager.create(session_id, user_id)
-        except SessionExistsError:
-            continue  # created by a concurrent run between our get and create: load theirs
-
-
 @asynccontextmanager
 async def run_context(
     manager: SessionManager | None = None,
@@ -480,7 +466,7 @@ async def run_context(
         raise InvalidInputError("a run with a session_id needs a manager to store the session")
     if on_conflict not in ("merge", "raise"):
         raise InvalidInputError(f"on_conflict must be 'merge' or 'raise', not {on_conflict!r}")
-    session = await _load_or_create(manager, session_id, user_id, last_events)
+    session = await manager.get_or_create(session_id, user_id, last_events=last_events)
     context = ExecutionContext(
         session,
         manager,

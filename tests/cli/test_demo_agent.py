@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from agentsessions import SessionManager
+from agentsessions import SessionManager, connect
 from agentsessions._cli._demo import DemoAgent, SentNote, recall, second_person
 from agentsessions.runtime import ExecutionContext
 
@@ -71,8 +71,13 @@ async def test_likes_dislikes_and_facts() -> None:
     )
 
 
-async def test_answers_come_from_the_sessions_events(memory_manager: SessionManager) -> None:
+async def test_answers_come_from_the_sessions_events() -> None:
     # What another agent object (another process, say) stored is what this one knows.
+    async with connect("memory://") as memory_manager:
+        await _answers_from_events(memory_manager)
+
+
+async def _answers_from_events(memory_manager: SessionManager) -> None:
     await DemoAgent(memory_manager).run("my name is Ada", session_id="s")
     fresh_agent = DemoAgent(memory_manager)
     assert (await fresh_agent.run("Who am I?", session_id="s")).reply == "Your name is Ada."
