@@ -11,10 +11,11 @@ from pathlib import Path
 import agentsessions
 import agentsessions.backend
 import agentsessions.runtime
+import agentsessions.sync
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PUBLIC_MODULES = [agentsessions, agentsessions.backend, agentsessions.runtime]
+PUBLIC_MODULES = [agentsessions, agentsessions.backend, agentsessions.runtime, agentsessions.sync]
 # Distributions built on core: they must need nothing that lives only in a private module.
 DEPENDENTS = ["backends", "conformance/src", "bench/agentsessions_bench", "tools/testservers/src"]
 

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import time
 from collections.abc import AsyncIterator, Callable
 
 import agentsessions_testservers as servers
@@ -73,6 +74,25 @@ async def test_redis_killed_and_restarted() -> None:
                 await _exited(server)
                 await asyncio.sleep(0.5)  # calls meet a closed port meanwhile
                 await asyncio.to_thread(server.start)
+                await load.recovered()
+                await asyncio.sleep(LOAD_SECONDS)
+            await load.stop()
+        load.check()
+
+
+async def test_redis_cluster_master_killed_and_restarted() -> None:
+    start = lambda: servers.start_redis_cluster(appendonly=True)  # noqa: E731
+    async with _private(start) as server:
+        async with connect(server.url, timeout=TIMEOUT) as manager:
+            load = Load(manager, "redis-cluster kill -9 of one master + restart (appendonly)")
+            await asyncio.sleep(LOAD_SECONDS)
+            node = server.processes[-1]  # type: ignore[attr-defined]
+            for _ in range(2):
+                _kill([node.pid], signal.SIGKILL)
+                await asyncio.to_thread(node.stop)  # reaps it
+                await asyncio.sleep(0.5)  # calls to its slots meet a closed port meanwhile
+                await asyncio.to_thread(node.spawn)
+                await asyncio.to_thread(node.wait_ready, time.monotonic() + 30)
                 await load.recovered()
                 await asyncio.sleep(LOAD_SECONDS)
             await load.stop()

@@ -9,20 +9,27 @@ with that reason.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 from agentsessions import SessionManager, connect, installed_backends
 
-SERVER_SCHEMES = {"postgres": "postgresql", "redis": "redis", "mongo": "mongodb"}
+SERVER_SCHEMES = {
+    "postgres": "postgresql",
+    "redis": "redis",
+    "redis_cluster": "redis+cluster",
+    "mongo": "mongodb",
+}
 
 BACKENDS = [
     pytest.param("memory", id="memory"),
     pytest.param("sqlite", id="sqlite"),
     pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
     pytest.param("redis", id="redis", marks=pytest.mark.redis),
+    pytest.param("redis_cluster", id="redis-cluster", marks=pytest.mark.redis),
     pytest.param("mongo", id="mongo", marks=pytest.mark.mongo),
 ]
 
@@ -42,22 +49,30 @@ async def drop_everything(manager: SessionManager) -> None:
 
 
 @pytest.fixture(params=BACKENDS)
-async def manager(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[SessionManager]:
+def backend_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A URL of each backend in turn (a fresh namespace on servers, emptied after)."""
     kind: str = request.param
     namespace = f"it_{uuid.uuid4().hex[:16]}"
     if kind == "memory":
-        url = f"memory://integrations-{namespace}"
-    elif kind == "sqlite":
-        url = f"sqlite:///{tmp_path / 'sessions.db'}"
-    else:
-        scheme = SERVER_SCHEMES[kind]
-        if scheme not in installed_backends():
-            pytest.skip(f"the {kind} backend does not serve {scheme}:// yet")
-        url = _with_option(request.getfixturevalue(f"{kind}_url"), "namespace", namespace)
-    opened = connect(url)
-    async with opened:
-        try:
-            yield opened
-        finally:
-            if kind in SERVER_SCHEMES:
-                await drop_everything(opened)
+        yield f"memory://integrations-{namespace}"
+        return
+    if kind == "sqlite":
+        yield f"sqlite:///{tmp_path / 'sessions.db'}"
+        return
+    scheme = SERVER_SCHEMES[kind]
+    if scheme not in installed_backends():
+        pytest.skip(f"the {kind} backend does not serve {scheme}:// yet")
+    url = _with_option(request.getfixturevalue(f"{kind}_url"), "namespace", namespace)
+    yield url
+
+    async def cleanup() -> None:
+        async with connect(url) as manager:
+            await drop_everything(manager)
+
+    asyncio.run(cleanup())
+
+
+@pytest.fixture
+async def manager(backend_url: str) -> AsyncIterator[SessionManager]:
+    async with connect(backend_url) as opened:
+        yield opened

@@ -30,7 +30,7 @@ from google.adk.models.base_llm import BaseLlm
 from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
 from google.adk.runners import Runner
-from google.adk.sessions import BaseSessionService, Session
+from google.adk.sessions import BaseSessionService, InMemorySessionService, Session
 from google.adk.sessions.base_session_service import GetSessionConfig
 from google.genai import types
 
@@ -531,3 +531,79 @@ async def test_cancelled_append_still_lands_and_updates_the_session(
     assert stored is not None
     assert len(stored.events) == 2
     assert stored.state == {"k": 2}
+
+
+def _timed_event(text: str, when: float) -> Event:
+    event = state_event({}, text=text)
+    event.timestamp = when
+    return event
+
+
+async def _update_times(service: BaseSessionService) -> dict[str, float]:
+    created = await service.create_session(app_name="t", user_id="u", session_id="s")
+    times = {"created": created.last_update_time}
+    await service.append_event(created, _timed_event("one", 1_700_000_000.25))
+    times["live after one"] = created.last_update_time
+    await service.append_event(created, _timed_event("two", 1_700_000_100.5))
+    times["live after two"] = created.last_update_time
+    loaded = await service.get_session(app_name="t", user_id="u", session_id="s")
+    assert loaded is not None
+    times["get"] = loaded.last_update_time
+    (listed,) = (await service.list_sessions(app_name="t", user_id="u")).sessions
+    times["list"] = listed.last_update_time
+    (listed_all,) = (await service.list_sessions(app_name="t")).sessions
+    times["list all users"] = listed_all.last_update_time
+    # A copy built by hand that holds the newest event and its time is up to date.
+    by_hand = Session(
+        app_name="t",
+        user_id="u",
+        id="s",
+        events=list(loaded.events),
+        last_update_time=loaded.last_update_time,
+    )
+    await service.append_event(by_hand, _timed_event("three", 1_700_000_200.75))
+    times["by hand"] = by_hand.last_update_time
+    return times
+
+
+async def test_last_update_time_is_the_newest_events_time_as_in_adk(
+    manager: SessionManager,
+) -> None:
+    ours = await _update_times(AgentSessionsSessionService(manager))
+    reference = await _update_times(InMemorySessionService())
+    assert abs(ours.pop("created") - reference.pop("created")) < 60
+    assert ours == reference
+    assert reference["get"] == 1_700_000_100.5
+
+
+async def _id_handling(service: BaseSessionService) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    created = await service.create_session(app_name="i", user_id="u", session_id="  padded \t")
+    seen["created id"] = created.id
+    found = await service.get_session(app_name="i", user_id="u", session_id=" padded ")
+    seen["found padded"] = None if found is None else found.id
+    try:
+        await service.create_session(app_name="i", user_id="u", session_id="padded  ")
+    except AlreadyExistsError:
+        seen["padded duplicate"] = "AlreadyExistsError"
+    blank = await service.create_session(app_name="i", user_id="u", session_id="   ")
+    seen["blank is generated"] = bool(blank.id.strip()) and blank.id != "   "
+    empty = await service.create_session(app_name="i", user_id="u", session_id="")
+    seen["empty is generated"] = bool(empty.id.strip()) and empty.id != blank.id
+    await service.delete_session(app_name="i", user_id="u", session_id="\tpadded ")
+    seen["after delete"] = await service.get_session(app_name="i", user_id="u", session_id="padded")
+    return seen
+
+
+async def test_session_ids_are_handled_as_in_adk(manager: SessionManager) -> None:
+    ours = await _id_handling(AgentSessionsSessionService(manager))
+    reference = await _id_handling(InMemorySessionService())
+    assert ours == reference
+    assert reference == {
+        "created id": "padded",
+        "found padded": "padded",
+        "padded duplicate": "AlreadyExistsError",
+        "blank is generated": True,
+        "empty is generated": True,
+        "after delete": None,
+    }

@@ -204,3 +204,10 @@ class StorageFullError(BackendUnavailableError):
 
 class ManagerClosedError(SessionError):
     """The manager was closed; open a new one with `connect()`."""
+
+
+# Shown as ``agentsessions.SessionConflictError`` in tracebacks and reprs, where callers
+# import them from, rather than as this private module's.
+for _name in __all__:
+    globals()[_name].__module__ = "agentsessions"
+del _name

@@ -41,6 +41,7 @@ from ._errors import (
     SessionSerializationError,
     SessionTooLargeError,
 )
+from ._loops import LoopLock, PerLoop
 from ._models import Event, Session, SessionPage, SessionSummary
 from ._records import (
     Capabilities,
@@ -68,6 +69,7 @@ __all__ = [
     "SessionManager",
     "Timeout",
     "backoff",
+    "backoff_delay",
     "check_restorable",
     "validate_id",
 ]
@@ -81,6 +83,7 @@ DEFAULT_UPDATE_RETRIES = 64
 DEFAULT_TIMEOUT = 10.0
 
 ManagerT = TypeVar("ManagerT", bound="SessionManager")
+T = TypeVar("T")
 
 
 def validate_id(value: object, what: str = "session_id") -> str:
@@ -171,7 +174,10 @@ class SessionManager(abc.ABC):
     """Creates, fetches and saves sessions by id. Every method is a coroutine.
 
     Get one with `agentsessions.connect`; use it with ``async with`` or call
-    `close` when done. A manager is safe to share between tasks of one event loop.
+    `close` when done. A manager is safe to share between tasks, event loops and
+    threads: a backend whose driver binds connections to an event loop keeps one set
+    per loop (see `per_loop`), opened on that loop's first call and released when the
+    loop shuts down.
 
     Every call ends within the ``timeout`` option (seconds, default 10), end to end:
     connecting, waiting for a pooled connection and retries included. Past it the call
@@ -221,9 +227,10 @@ class SessionManager(abc.ABC):
         elif not isinstance(options, self.Options):
             options = self.parse_options(options.model_dump(exclude_unset=True))
         self.options = options
-        self._open_lock: asyncio.Lock | None = None
+        self._open_lock = LoopLock()
         self._opened = False
         self._closed = False
+        self._per_loop: PerLoop[Any] | None = None
         _instrumentation.track(self)
 
     # -- construction -----------------------------------------------------------------
@@ -275,36 +282,68 @@ class SessionManager(abc.ABC):
 
     # -- lifecycle ----------------------------------------------------------------------
 
+    def per_loop(
+        self,
+        open: Callable[[], Awaitable[T]],
+        close: Callable[[T], Awaitable[None]],
+        drop: Callable[[T], None] | None = None,
+    ) -> PerLoop[T]:
+        """For a backend's ``__init__``: connection resources kept one per event loop.
+
+        *open* makes the running loop's resource on its first call in that loop, *close*
+        releases it in that loop when the loop shuts down or the manager closes, *drop*
+        abandons one whose loop can no longer run (see `PerLoop`). The manager makes
+        sure the running loop's resource exists before any hook runs, so hooks may use
+        ``resources.current()``.
+        """
+        if self._per_loop is not None:
+            raise RuntimeError("a manager keeps one set of per-loop resources")
+        self._per_loop = PerLoop(open, close, drop)
+        return self._per_loop
+
     async def open(self) -> None:
-        """Connect now instead of on first use. Safe to call more than once."""
-        if self._opened:
-            return
+        """Connect now instead of on first use. Safe to call more than once, from any
+        event loop: each loop that uses the manager gets its connections on first use."""
         if self._closed:
             raise ManagerClosedError(f"{self!r} is closed")
         async with _deadline.call(self, "open"):
-            if self._open_lock is None:
-                self._open_lock = asyncio.Lock()
-            async with self._open_lock:
-                if not self._opened:
-                    try:
-                        await self._open()
-                    except BaseException as exc:
-                        error = exc if isinstance(exc, SessionError) else self._translate(exc)
-                        if isinstance(error, BackendUnavailableError):
-                            _instrumentation.connection_failed(self, error)
-                        raise
-                    self._opened = True
-                    _instrumentation.connection_opened(self)
+            if not self._opened:
+                async with self._open_lock:
+                    if self._closed:
+                        raise ManagerClosedError(f"{self!r} is closed")
+                    if not self._opened:
+                        try:
+                            await self._open()
+                        except BaseException as exc:
+                            error = exc if isinstance(exc, SessionError) else self._translate(exc)
+                            if isinstance(error, BackendUnavailableError):
+                                _instrumentation.connection_failed(self, error)
+                            raise
+                        self._opened = True
+                        _instrumentation.connection_opened(self)
+            if self._per_loop is not None:
+                try:
+                    await self._per_loop.get()
+                except RuntimeError:
+                    if self._closed:
+                        raise ManagerClosedError(f"{self!r} is closed") from None
+                    raise
 
     async def close(self) -> None:
-        """Release connections. Idempotent; the manager cannot be used afterwards."""
+        """Release connections, those of every event loop. Idempotent; the manager
+        cannot be used afterwards."""
         if self._closed:
             return
         self._closed = True
-        if self._opened:
-            self._opened = False
-            async with _deadline.call(self, "close"):
-                await self._close()
+        async with self._open_lock:
+            try:
+                if self._opened:
+                    self._opened = False
+                    async with _deadline.call(self, "close"):
+                        await self._close()
+            finally:
+                if self._per_loop is not None:
+                    await self._per_loop.aclose()
 
     async def __aenter__(self: ManagerT) -> ManagerT:
         await self.open()
@@ -319,7 +358,8 @@ class SessionManager(abc.ABC):
         await self.close()
 
     async def _ready(self) -> None:
-        if not self._opened:
+        per_loop = self._per_loop
+        if not self._opened or (per_loop is not None and not per_loop.ready_here()):
             await self.open()
 
     # -- the contract -------------------------------------------------------------------
@@ -1052,10 +1092,15 @@ def _aware(what: str, value: object) -> datetime:
     return value.astimezone(timezone.utc) if value.utcoffset() else value
 
 
+def backoff_delay(attempt: int, cap: float = 0.05) -> float:
+    """A jittered, growing moment (at most *cap* seconds) to wait before retry
+    *attempt*, so that contending writers spread out instead of colliding again."""
+    return random.uniform(0, min(cap, 0.001 * 2 ** min(attempt, 20)))
+
+
 async def backoff(attempt: int, cap: float = 0.05) -> None:
-    """Sleep a jittered, growing moment (at most *cap* seconds), so that contending
-    writers spread out instead of colliding again (used by every retry loop)."""
-    await asyncio.sleep(random.uniform(0, min(cap, 0.001 * 2 ** min(attempt, 20))))
+    """Sleep `backoff_delay` (used by every retry loop)."""
+    await asyncio.sleep(backoff_delay(attempt, cap))
 
 
 def new_token() -> str:

@@ -14,6 +14,5 @@ def agentsessions_backends() -> list[BackendSpec]:
             manager="agentsessions._memory:MemorySessionManager",
             distribution="agentsessions",
             version=__version__,
-            description="in-process memory; the reference semantics",
         )
     ]

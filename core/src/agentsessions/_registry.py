@@ -96,7 +96,6 @@ class BackendSpec:
     manager: str | type[SessionManager]
     distribution: str = "(registered in code)"
     version: str = ""
-    description: str = ""
     _loaded: list[type[SessionManager]] = field(default_factory=list, compare=False, repr=False)
 
     def load(self) -> type[SessionManager]:

@@ -29,9 +29,14 @@ What every hook may rely on, and must honour:
   by the hooks as documented on each; a failure of the engine or the network is raised
   as `agentsessions.BackendUnavailableError`, built with `SessionManager._unavailable`,
   which masks the password.
+- **Any event loop, any thread.** A manager is shared by every event loop and thread of
+  the process. Connections a driver binds to one event loop live in
+  `SessionManager.per_loop` (opened per loop, released when that loop shuts down); a
+  lock shared by all loops is a `LoopLock`, never an ``asyncio.Lock``.
 """
 
 from ._deadline import ErrorRule
+from ._loops import LoopLock, PerLoop
 from ._manager import (
     MAX_LAST_EVENTS,
     MAX_POOL_SIZE,
@@ -77,7 +82,9 @@ __all__ = [
     "ErrorRule",
     "EventRecord",
     "LoadedSession",
+    "LoopLock",
     "ManagerOptions",
+    "PerLoop",
     "PoolSize",
     "SaveRequest",
     "ServerURL",

@@ -98,8 +98,7 @@ async def test_database_defaults_to_agentsessions(mongo_url: str, namespace: str
     assert isinstance(manager, MongoSessionManager)
     async with manager:
         await manager.create("s1")
-        assert manager._client is not None
-        database = manager._client["agentsessions"]
+        database = manager._links.current().client["agentsessions"]
         try:
             assert await database[f"{namespace}_sessions"].count_documents({"_id": "s1"}) == 1
         finally:

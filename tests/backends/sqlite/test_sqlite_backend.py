@@ -483,3 +483,73 @@ async def test_the_private_aiosqlite_api_the_backend_relies_on_is_there(tmp_path
         assert isinstance(conn._conn, sqlite3.Connection)
         assert inspect.iscoroutinefunction(conn._execute)
         assert await conn._execute(lambda: 41 + 1) == 42
+
+
+_NEVER_CLOSED = """
+import asyncio, sys
+from agentsessions import connect
+
+manager = connect(sys.argv[1])
+
+async def main():
+    session = await manager.create("kept", state={"saved": True})
+    for index in range(50):
+        session.add_event("user", f"e{index}")
+        await manager.save(session)
+    print("acknowledged", flush=True)
+
+asyncio.run(main())
+# No close(): the program just ends, as the Agents SDK example in the docs does.
+"""
+
+
+def test_a_program_that_never_closes_its_manager_exits_with_its_saves(tmp_path: Path) -> None:
+    path = tmp_path / "never-closed.db"
+    done = subprocess.run(
+        [sys.executable, "-c", _NEVER_CLOSED, f"sqlite:///{path}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "acknowledged"
+
+    async def read() -> None:
+        async with SQLiteSessionManager.from_url(f"sqlite:///{path}") as manager:
+            stored = await manager.get("kept")
+            assert stored is not None
+            assert stored.state == {"saved": True}
+            assert [e.content for e in stored.events] == [f"e{i}" for i in range(50)]
+
+    asyncio.run(read())
+    # The exit hook closed the connections: SQLite removes the WAL when the last closes.
+    assert not (tmp_path / "never-closed.db-wal").exists()
+
+
+def test_one_manager_serves_threads_with_their_own_loops(tmp_path: Path) -> None:
+    manager = SQLiteSessionManager.from_url(f"sqlite:///{tmp_path / 'threads.db'}")
+    asyncio.run(manager.create("shared"))
+    threads = 10
+
+    def writer(index: int) -> None:
+        def add(session: agentsessions.Session) -> None:
+            session.add_event("user", f"t{index}")
+
+        asyncio.run(asyncio.wait_for(manager.update("shared", add), 30))
+
+    workers = [threading.Thread(target=writer, args=(i,), daemon=True) for i in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(60)
+        assert not worker.is_alive()
+
+    async def check() -> None:
+        stored = await manager.get("shared")
+        assert stored is not None
+        assert sorted(str(e.content) for e in stored.events) == sorted(
+            f"t{i}" for i in range(threads)
+        )
+        await manager.close()
+
+    asyncio.run(check())

@@ -36,10 +36,11 @@ never rewritten in place, only deleted, so a complete read is a consistent one).
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections import OrderedDict
 from collections.abc import Mapping
 from datetime import datetime, timezone
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 from urllib.parse import parse_qs, urlsplit
 
 from agentsessions import (
@@ -164,26 +165,26 @@ class MongoSessionManager(SessionManager):
     def __init__(self, url: str, options: ManagerOptions | None = None) -> None:
         super().__init__(url, options)
         self.database_name = database_name(url)  # a malformed URL fails at connect()
-        self._client: AsyncMongoClient[Doc] | None = None
-        self._sessions_coll: AsyncCollection[Doc] | None = None
-        self._events_coll: AsyncCollection[Doc] | None = None
+        # An AsyncMongoClient refuses to be used from a loop other than its first:
+        # one client (with its pool and monitors) per event loop.
+        self._links = self.per_loop(self._new_link, _close_link)
+        self._indexed = False
         # What this manager last saw of each session, so that the save following a
         # get needs no extra read. Entries are facts about (incarnation, version) and
         # are only used when the version matches, so a stale entry costs a read, never
         # correctness.
         self._infos: OrderedDict[str, SessionInfo] = OrderedDict()
+        self._infos_lock = threading.Lock()
 
     # -- plumbing -----------------------------------------------------------------------
 
     @property
     def _sessions(self) -> AsyncCollection[Doc]:
-        assert self._sessions_coll is not None, "manager is not open"
-        return self._sessions_coll
+        return self._links.current().sessions
 
     @property
     def _events(self) -> AsyncCollection[Doc]:
-        assert self._events_coll is not None, "manager is not open"
-        return self._events_coll
+        return self._links.current().events
 
     def _translate(self, exc: BaseException) -> SessionError | None:
         if isinstance(exc, DocumentTooLarge):
@@ -201,12 +202,20 @@ class MongoSessionManager(SessionManager):
         return super()._translate(exc)
 
     def _remember(self, session_id: str, info: SessionInfo) -> None:
-        self._infos[session_id] = info
-        self._infos.move_to_end(session_id)
-        if len(self._infos) > _INFO_CACHE_SIZE:
-            self._infos.popitem(last=False)
+        # Threads with their own loops share the cache: its steps must not interleave.
+        with self._infos_lock:
+            self._infos[session_id] = info
+            self._infos.move_to_end(session_id)
+            if len(self._infos) > _INFO_CACHE_SIZE:
+                self._infos.popitem(last=False)
 
     async def _open(self) -> None:
+        await self._links.get()
+
+    async def _close(self) -> None:
+        self._infos.clear()  # the clients are per loop: the base class closes them all
+
+    async def _new_link(self) -> _Link:
         options = self.options
         kwargs: dict[str, Any] = {"tz_aware": True, "tzinfo": timezone.utc}
         timeout = options.timeout
@@ -241,6 +250,8 @@ class MongoSessionManager(SessionManager):
             prefix = f"{options.namespace}_" if options.namespace else ""
             sessions = database[f"{prefix}sessions"]
             events = database[f"{prefix}events"]
+            if self._indexed:
+                return _Link(client, sessions, events)
             await sessions.create_indexes(
                 [
                     # Expired sessions are filtered out at read time; the TTL
@@ -267,16 +278,8 @@ class MongoSessionManager(SessionManager):
         except BaseException:
             await client.close()
             raise
-        self._client = client
-        self._sessions_coll = sessions
-        self._events_coll = events
-
-    async def _close(self) -> None:
-        client, self._client = self._client, None
-        self._sessions_coll = self._events_coll = None
-        self._infos.clear()
-        if client is not None:
-            await client.close()
+        self._indexed = True
+        return _Link(client, sessions, events)
 
     # -- create / load --------------------------------------------------------------------
 
@@ -764,3 +767,15 @@ class MongoSessionManager(SessionManager):
             ]
             if dead:
                 await self._events.delete_many({"$or": dead})
+
+
+class _Link(NamedTuple):
+    """One event loop's client and collections."""
+
+    client: AsyncMongoClient[Doc]
+    sessions: AsyncCollection[Doc]
+    events: AsyncCollection[Doc]
+
+
+async def _close_link(link: _Link) -> None:
+    await link.client.close()

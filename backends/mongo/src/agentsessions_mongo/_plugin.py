@@ -19,6 +19,5 @@ def agentsessions_backends() -> list[BackendSpec]:
             manager="agentsessions_mongo._manager:MongoSessionManager",
             distribution="agentsessions-mongo",
             version=__version__,
-            description="MongoDB through pymongo's native async client",
         )
     ]

@@ -127,11 +127,24 @@ class PostgresSessionManager(SessionManager):
         check_url(url)  # a malformed URL fails at connect(), not at first use
         self._ns = self.options.namespace
         self._sql = statements(self.options.schema)
-        self._pool: asyncpg.Pool[Any] | None = None
+        # asyncpg connections belong to the loop that opened them (using one from
+        # another loop can crash the process), so each event loop gets its own pool.
+        self._pools = self.per_loop(self._new_pool, self._close_pool, _drop_pool)
+        self._migrated = False
 
     # -- lifecycle ----------------------------------------------------------------------
 
     async def _open(self) -> None:
+        await self._pools.get()
+
+    async def _close(self) -> None:
+        pass  # the pools are per loop: the base class closes them all
+
+    @property
+    def _pool(self) -> asyncpg.Pool[Any]:
+        return self._pools.current()
+
+    async def _new_pool(self) -> asyncpg.Pool[Any]:
         opts = self.options
         timeout = opts.timeout
         connect_timeout = min(opts.connect_timeout or timeout, timeout)
@@ -157,23 +170,23 @@ class PostgresSessionManager(SessionManager):
             reset=_keep_session,
             **connect_kwargs,
         )
-        self._pool = pool
+        if self._migrated:
+            return pool
         try:
-            async with self._connection() as connection:
+            async with self._connection(pool) as connection:
                 await self._migrate(connection)
         except BaseException:
-            self._pool = None
             pool.terminate()
             raise
+        self._migrated = True
+        return pool
 
-    async def _close(self) -> None:
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            try:
-                # Half the deadline for a polite goodbye; a frozen server gets none.
-                await asyncio.wait_for(pool.close(), self._remaining() / 2)
-            except (Exception, asyncio.CancelledError):
-                pool.terminate()  # the server is gone or silent: just drop the sockets
+    async def _close_pool(self, pool: asyncpg.Pool[Any]) -> None:
+        try:
+            # Half the deadline for a polite goodbye; a frozen server gets none.
+            await asyncio.wait_for(pool.close(), self._remaining() / 2)
+        except (Exception, asyncio.CancelledError):
+            pool.terminate()  # the server is gone or silent: just drop the sockets
 
     async def _migrate(self, connection: _Connection) -> None:
         """Bring the schema to `LATEST_VERSION`, exactly once across racing processes.
@@ -224,7 +237,9 @@ class PostgresSessionManager(SessionManager):
             )
 
     @asynccontextmanager
-    async def _connection(self) -> AsyncIterator[_Connection]:
+    async def _connection(
+        self, pool: asyncpg.Pool[Any] | None = None
+    ) -> AsyncIterator[_Connection]:
         """A pooled connection, waited for no longer than the call's deadline.
 
         A connection left with a statement in flight (cancelled, timed out, died) is
@@ -232,11 +247,9 @@ class PostgresSessionManager(SessionManager):
         closed. A dead connection it has not noticed yet (the server restarted while
         the connection sat idle) fails once; then every pooled connection is presumed
         as dead as that one and replaced on its next use, so the pool does not serve
-        its stale connections one failure at a time.
+        its stale connections one failure at a time. *pool*: the running loop's.
         """
-        pool = self._pool
-        if pool is None:  # pragma: no cover - the base class opens before any hook
-            raise RuntimeError("manager is not open")
+        pool = self._pool if pool is None else pool
         connection = await pool.acquire(timeout=self._remaining())
         try:
             yield connection
@@ -474,3 +487,7 @@ class PostgresSessionManager(SessionManager):
             purged += len(ids)
             if len(ids) < PURGE_BATCH:
                 return purged
+
+
+def _drop_pool(pool: asyncpg.Pool[Any]) -> None:
+    pool.terminate()

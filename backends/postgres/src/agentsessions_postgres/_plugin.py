@@ -19,6 +19,5 @@ def agentsessions_backends() -> list[BackendSpec]:
             manager="agentsessions_postgres._manager:PostgresSessionManager",
             distribution="agentsessions-postgres",
             version=__version__,
-            description="PostgreSQL through an asyncpg connection pool",
         )
     ]

@@ -173,27 +173,50 @@ class RedisSessionManager(SessionManager):
         self.cluster = scheme in CLUSTER_SCHEMES
         self.db = check_url(url)  # a malformed URL fails at connect(), not at first use
         self.keys = KeyLayout(self.options.namespace)
-        self._client: Redis | RedisCluster | None = None
-        self._load_script: AsyncScript | None = None
-        self._create_script: AsyncScript | None = None
-        self._save_script: AsyncScript | None = None
-        self._delete_script: AsyncScript | None = None
-        self._move_script: AsyncScript | None = None
+        # redis-py's connections belong to the loop that opened them: one client
+        # (and its registered scripts) per event loop.
+        self._links = self.per_loop(self._new_link, _close_link)
 
     # -- plumbing -----------------------------------------------------------------------
 
     @property
     def client(self) -> Redis | RedisCluster:
-        """The redis-py client (for tests and tools); available once opened."""
-        if self._client is None:
-            raise RuntimeError(f"{self!r} is not open")
-        return self._client
+        """The running event loop's redis-py client (for tests and tools), once opened."""
+        try:
+            return self._links.current().client
+        except RuntimeError:
+            raise RuntimeError(f"{self!r} is not open in this event loop") from None
 
-    async def _run(self, script: AsyncScript | None, keys: Sequence[str], args: list[Any]) -> Any:
-        assert script is not None
+    @property
+    def _load_script(self) -> AsyncScript:
+        return self._links.current().load
+
+    @property
+    def _create_script(self) -> AsyncScript:
+        return self._links.current().create
+
+    @property
+    def _save_script(self) -> AsyncScript:
+        return self._links.current().save
+
+    @property
+    def _delete_script(self) -> AsyncScript:
+        return self._links.current().delete
+
+    @property
+    def _move_script(self) -> AsyncScript:
+        return self._links.current().move
+
+    async def _run(self, script: AsyncScript, keys: Sequence[str], args: list[Any]) -> Any:
         return await script(keys=keys, args=args)
 
     async def _open(self) -> None:
+        await self._links.get()
+
+    async def _close(self) -> None:
+        pass  # the clients are per loop: the base class closes them all
+
+    async def _new_link(self) -> _Link:
         o = self.options
         # Retries (a dropped connection, a failover) happen inside the call's deadline,
         # which cuts them short; each wait alone is bounded by the timeout too.
@@ -226,17 +249,14 @@ class RedisSessionManager(SessionManager):
         except BaseException:
             await client.aclose()
             raise
-        self._client = client
-        self._load_script = client.register_script(_scripts.LOAD)
-        self._create_script = client.register_script(_scripts.CREATE)
-        self._save_script = client.register_script(_scripts.SAVE)
-        self._delete_script = client.register_script(_scripts.DELETE)
-        self._move_script = client.register_script(_scripts.MOVE_INDEX_ENTRY)
-
-    async def _close(self) -> None:
-        client, self._client = self._client, None
-        if client is not None:
-            await client.aclose()
+        return _Link(
+            client,
+            load=client.register_script(_scripts.LOAD),
+            create=client.register_script(_scripts.CREATE),
+            save=client.register_script(_scripts.SAVE),
+            delete=client.register_script(_scripts.DELETE),
+            move=client.register_script(_scripts.MOVE_INDEX_ENTRY),
+        )
 
     # -- one session --------------------------------------------------------------------
 
@@ -580,6 +600,22 @@ class RedisSessionManager(SessionManager):
 
 
 # -- helpers ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Link:
+    """One event loop's client and its scripts."""
+
+    client: Redis | RedisCluster
+    load: AsyncScript
+    create: AsyncScript
+    save: AsyncScript
+    delete: AsyncScript
+    move: AsyncScript
+
+
+async def _close_link(link: _Link) -> None:
+    await link.client.aclose()
 
 
 def _pexpireat(expires: datetime) -> int:

@@ -23,6 +23,5 @@ def agentsessions_backends() -> list[BackendSpec]:
             manager="agentsessions_redis._manager:RedisSessionManager",
             distribution="agentsessions-redis",
             version=__version__,
-            description="Redis and Redis Cluster (redis.asyncio)",
         )
     ]

@@ -11,8 +11,18 @@ of awaiting each statement:
 * one thread hop per operation instead of four or five (measured: an append costs
   about half as much; see README).
 
-aiosqlite has no public name for "run this function on the connection's thread"; its
-own methods all go through ``Connection._execute``, which is what `Link` uses.
+aiosqlite has no public name for "run this function on the connection's thread"; `Link`
+queues its calls on the connection's work queue itself (as aiosqlite's own
+``Connection._execute`` does), with a future of the caller's running loop, so one
+connection serves every event loop and thread of the process. The result is handed back
+with a guard aiosqlite lacks: when the caller's loop has closed meanwhile (a thread's
+``asyncio.run`` ended during a call), the result is discarded, where aiosqlite's own
+hand-back would raise and kill the worker thread for everyone.
+
+The worker threads are daemon threads, so a program that never closes its manager
+still exits; an exit hook closes what is still open first (bounded), which finishes a
+transaction in flight. A save that returned has committed, so nothing acknowledged
+depends on that hook.
 
 Deadlines: a caller that is cancelled (its call's deadline passed, or its task was
 cancelled) returns at once; the thread then stops the work it left behind: a queued
@@ -23,9 +33,13 @@ which rolls its transaction back), and a wait for another connection's lock ends
 from __future__ import annotations
 
 import asyncio
+import atexit
+import contextlib
 import sqlite3
+import threading
 import time
-from collections.abc import Awaitable, Callable
+import weakref
+from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
 import aiosqlite
@@ -38,6 +52,8 @@ T = TypeVar("T")
 _BUSY_CODES = frozenset({5, 6})
 _FIRST_RETRY_DELAY = 0.001
 _MAX_RETRY_DELAY = 0.05
+#: How long the exit hook waits for each connection still open to finish and close.
+_EXIT_CLOSE_TIMEOUT = 5.0
 
 
 def is_busy(exc: BaseException) -> bool:
@@ -105,6 +121,15 @@ def _transaction(
     return _retrying_busy(timeout, attempt, job)
 
 
+def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if future.done():  # the caller was cancelled; the work itself ran to its end
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
+
+
 def _boxed(job: _Job, link: Link, fn: Callable[..., T], *args: Any) -> list[T]:
     """``[fn(*args)]``: the caller pops the result out of the box.
 
@@ -136,13 +161,34 @@ class Link:
         # What is left of the running call's deadline (at most its argument).
         self._remaining = remaining or (lambda cap: cap)
         self._raw: sqlite3.Connection = conn._conn
-        # aiosqlite does not annotate _execute; this is its real signature.
-        self._run = cast(Callable[..., Awaitable[Any]], conn._execute)
+        self._queue = conn._tx
         self.running: _Job | None = None  # the job in the thread right now
+
+    async def _submit(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` in the connection thread; its result in the caller's loop."""
+        conn = self.conn
+        if not conn._running or conn._connection is None:
+            raise ValueError("Connection closed")
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+
+        def work() -> None:
+            result: Any = None
+            error: BaseException | None = None
+            try:
+                result = fn(*args)
+            except BaseException as exc:  # every outcome goes back to the caller
+                error = exc
+            # RuntimeError: the caller's loop is closed, nobody is waiting any more.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(_settle, future, result, error)
+
+        self._queue.put_nowait((None, work))
+        return await future
 
     async def _execute(self, job: _Job, fn: Callable[..., T], *args: Any) -> list[T]:
         try:
-            return cast(list[T], await self._run(_boxed, job, self, fn, *args))
+            return cast(list[T], await self._submit(_boxed, job, self, fn, *args))
         except asyncio.CancelledError:
             job.abandoned = True
             if self.running is job:
@@ -183,7 +229,36 @@ class Link:
         return box.pop()
 
     async def close(self) -> None:
+        _open_links.discard(self)
         await self.conn.close()
+
+    def close_at_exit(self) -> None:
+        """Without an event loop: finish queued work, close, wait (bounded)."""
+        conn = self.conn
+        if not conn._running or conn._connection is None:
+            return
+        conn._running = False
+        done = threading.Event()
+
+        def close() -> None:
+            try:
+                self._raw.close()
+            finally:
+                conn._connection = None
+                done.set()
+
+        self._queue.put_nowait((None, close))
+        # The idle daemon thread is left to the interpreter's exit.
+        done.wait(_EXIT_CLOSE_TIMEOUT)
+
+
+_open_links: weakref.WeakSet[Link] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_links() -> None:
+    for link in list(_open_links):
+        link.close_at_exit()
 
 
 async def connect(
@@ -191,6 +266,8 @@ async def connect(
 ) -> Link:
     """Open *path* in autocommit mode (we issue BEGIN/COMMIT ourselves)."""
     conn = aiosqlite.connect(path, isolation_level=None, timeout=busy_timeout)
+    # Not joined at interpreter exit (see the module docstring).
+    conn._thread.daemon = True
     try:
         await conn
     except BaseException:
@@ -201,4 +278,6 @@ async def connect(
                 break
             await asyncio.sleep(0.001)
         raise
-    return Link(conn, busy_timeout, remaining)
+    link = Link(conn, busy_timeout, remaining)
+    _open_links.add(link)
+    return link

@@ -15,6 +15,5 @@ def agentsessions_backends() -> list[BackendSpec]:
             manager="agentsessions_sqlite._manager:SQLiteSessionManager",
             distribution="agentsessions-sqlite",
             version=__version__,
-            description="a SQLite file (WAL; several processes may share it) or :memory:",
         )
     ]

@@ -19,6 +19,7 @@ from ._tests_input import InputTests
 from ._tests_isolation import IsolationTests
 from ._tests_lifecycle import LifecycleTests
 from ._tests_listing import ListingTests
+from ._tests_loops import LoopTests
 from ._tests_misuse import MisuseFuzzTests, MisuseTests
 from ._tests_model import ModelTests
 from ._tests_restore import RestoreTests
@@ -31,6 +32,7 @@ __all__ = ["SessionManagerTests"]
 
 class SessionManagerTests(
     # pytest collects the last base's tests first: this runs create, get, save, ... first.
+    LoopTests,
     ModelTests,
     LifecycleTests,
     MisuseTests,

@@ -14,6 +14,7 @@ import importlib.metadata
 import importlib.util
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 __all__ = ["ENTRY_POINT_GROUP", "build_parser", "main"]
 
@@ -31,10 +32,41 @@ _MISSING_CLI = (
 )
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line on stderr, exit 2, like every other failure."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"agentsessions: error: {self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def installed_versions() -> list[tuple[str, str]]:
+    """(name, version) of every installed agentsessions distribution, core first."""
+    found: dict[str, str] = {}
+    for dist in importlib.metadata.distributions():
+        name = dist.metadata["Name"] or ""
+        if name.lower().replace("_", "-").startswith("agentsessions"):
+            found.setdefault(name, dist.version)
+    return sorted(found.items(), key=lambda item: (item[0] != "agentsessions", item[0]))
+
+
+class _Versions(argparse.Action):
+    def __call__(self, parser: argparse.ArgumentParser, *args: object, **kwargs: object) -> None:
+        width = max(len(name) for name, _ in installed_versions())
+        for name, version in installed_versions():
+            print(f"{name.ljust(width)}  {version}")
+        parser.exit(0)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="agentsessions",
         description="Durable conversation sessions for AI agents: demo, inspect, operate.",
+    )
+    parser.add_argument(
+        "--version",
+        action=_Versions,
+        nargs=0,
+        help="show the version of every installed agentsessions distribution and exit",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in _VERB_MODULES:
@@ -65,7 +97,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     parser = build_parser()
     args = parser.parse_args(argv)
-    code: int = args.func(args)
+    from ._common import CommandError, fail
+
+    try:
+        code: int = args.func(args)
+    except CommandError as exc:  # raised before the verb's own run() could report it
+        return fail(str(exc), exc.code)
     return code
 
 

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from rich.console import Console
 
 from .._errors import (
+    BackendConflictError,
+    BackendPluginError,
     BackendUnavailableError,
     InvalidInputError,
     SessionError,
@@ -26,19 +30,21 @@ __all__ = [
     "CommandError",
     "console",
     "err_console",
+    "fail",
     "run",
 ]
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # the command ran and found a problem: not found, mismatch, conflict
-EXIT_USAGE = 2  # bad arguments or input: unknown scheme, bad option, malformed file
+EXIT_USAGE = 2  # bad arguments or input: unknown scheme, bad option, malformed file, ...
 EXIT_UNAVAILABLE = 3  # the backend's server could not be reached
 EXIT_INTERRUPTED = 130
 
 EXIT_CODES_HELP = """exit codes:
   0    success
   1    the command ran and found a problem (not found, mismatch, conflict)
-  2    bad usage or input (unknown scheme, bad option, malformed file line)
+  2    bad usage or input (unknown scheme, broken or conflicting backend plugin, bad
+       option, malformed file line, a SQLite file to read that does not exist)
   3    the backend's server could not be reached
   130  interrupted"""
 
@@ -57,7 +63,7 @@ class CommandError(Exception):
         self.code = code
 
 
-def _fail(message: str, code: int) -> int:
+def fail(message: str, code: int) -> int:
     err_console.print(f"agentsessions: error: {message}", markup=False, highlight=False)
     return code
 
@@ -66,20 +72,32 @@ def run(main: Callable[[], Awaitable[int]]) -> int:
     """Run a verb's coroutine, turning every expected failure into one line and an exit code."""
     try:
         return asyncio.run(_call(main))
+    except BrokenPipeError:
+        # The reader went away (``export | head``): that is how such a pipe ends, not an
+        # error. Point stdout at devnull so the interpreter's final flush is quiet too.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_OK
     except KeyboardInterrupt:
-        return _fail("interrupted", EXIT_INTERRUPTED)
+        return fail("interrupted", EXIT_INTERRUPTED)
     except CommandError as exc:
-        return _fail(str(exc), exc.code)
+        return fail(str(exc), exc.code)
     except BackendUnavailableError as exc:
-        return _fail(str(exc), EXIT_UNAVAILABLE)
-    except (UnknownBackendError, InvalidInputError, ValueError) as exc:
-        return _fail(str(exc), EXIT_USAGE)
+        return fail(str(exc), EXIT_UNAVAILABLE)
+    except (
+        UnknownBackendError,
+        BackendConflictError,
+        BackendPluginError,
+        InvalidInputError,
+        ValueError,
+    ) as exc:
+        return fail(str(exc), EXIT_USAGE)
     except SessionNotFoundError as exc:
-        return _fail(str(exc), EXIT_FAILED)
+        return fail(str(exc), EXIT_FAILED)
     except SessionError as exc:
-        return _fail(str(exc), EXIT_FAILED)
+        return fail(str(exc), EXIT_FAILED)
     except OSError as exc:
-        return _fail(f"{exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), EXIT_USAGE)
+        return fail(f"{exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), EXIT_USAGE)
 
 
 async def _call(main: Callable[[], Awaitable[T]]) -> T:

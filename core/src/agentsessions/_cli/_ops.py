@@ -33,7 +33,7 @@ from rich.text import Text
 from .._errors import InvalidInputError, PartialSessionError, SessionSerializationError
 from .._manager import SessionManager, check_restorable
 from .._models import Session, SessionSummary
-from .._registry import backend_problems, connect, installed_backends
+from .._registry import backend_problems, connect, installed_backends, scheme_of
 from .._transfer import PRESERVED_FIELDS, Outcome, differences, iter_batches, transfer_many
 from ._common import (
     EXIT_CODES_HELP,
@@ -67,14 +67,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p = add("ls", "List sessions, newest first.")
     p.add_argument("url")
     p.add_argument("--user", help="only this user's sessions")
-    p.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
+    p.add_argument("--limit", type=_at_least(1), default=50, help="at most this many (default 50)")
     p.add_argument("--json", action="store_true", help="one JSON object per line")
     p.set_defaults(func=_ls)
 
     p = add("show", "Show one conversation: its events and state.")
     p.add_argument("url")
     p.add_argument("session_id")
-    p.add_argument("--last", type=int, help="only the newest N events")
+    p.add_argument("--last", type=_at_least(0), help="only the newest N events")
     p.add_argument("--json", action="store_true", help="the raw session as JSON")
     p.set_defaults(func=_show)
 
@@ -115,6 +115,21 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p = add("purge-expired", "Remove expired sessions now.")
     p.add_argument("url")
     p.set_defaults(func=_purge_expired)
+
+
+def _at_least(low: int) -> Callable[[str], int]:
+    """An argparse type: an integer of at least *low* (a bad one is a one-line usage error)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}, not {value}")
+        return value
+
+    return parse
 
 
 # -- backends ---------------------------------------------------------------------------
@@ -179,6 +194,25 @@ def _backends(args: argparse.Namespace) -> int:
 # -- reading ----------------------------------------------------------------------------
 
 
+def _connect_to_read(url: str) -> SessionManager:
+    """A manager for a store that must exist already: a SQLite path that does not is a
+    typo to report, not an empty database to create (and then list, export or copy)."""
+    manager = connect(url)
+    path = getattr(manager, "path", None)
+    if (
+        scheme_of(url) == "sqlite"
+        and isinstance(path, str)
+        and not getattr(manager, "in_memory", False)
+        and not os.path.exists(path)
+    ):
+        raise CommandError(
+            f"no SQLite database at {path} (from {manager.url}): nothing to read, and "
+            "none was created; check the path",
+            EXIT_USAGE,
+        )
+    return manager
+
+
 def _summary_json(summary: SessionSummary) -> str:
     return json.dumps(
         {
@@ -194,11 +228,9 @@ def _summary_json(summary: SessionSummary) -> str:
 
 
 def _ls(args: argparse.Namespace) -> int:
-    if args.limit < 1:
-        raise CommandError("--limit must be at least 1", EXIT_USAGE)
 
     async def main() -> int:
-        async with connect(args.url) as manager:
+        async with _connect_to_read(args.url) as manager:
             summaries: list[SessionSummary] = []
             cursor: str | None = None
             while len(summaries) < args.limit:
@@ -241,7 +273,7 @@ def _when(moment: Any) -> str:
 
 def _show(args: argparse.Namespace) -> int:
     async def main() -> int:
-        async with connect(args.url) as manager:
+        async with _connect_to_read(args.url) as manager:
             session = await manager.get(args.session_id, last_events=args.last)
         if session is None:
             raise CommandError(f"session {args.session_id!r} does not exist")
@@ -282,7 +314,14 @@ def _atomic_output(path: str | None) -> Iterator[IO[str]]:
         yield sys.stdout
         return
     target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or ".")
+    if target.is_dir():
+        raise CommandError(f"-o {path}: is a directory; give the file to write", EXIT_USAGE)
+    if not target.parent.is_dir():
+        raise CommandError(f"-o {path}: directory {target.parent} does not exist", EXIT_USAGE)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    except OSError as exc:
+        raise CommandError(f"-o {path}: cannot write there: {exc.strerror}", EXIT_USAGE) from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             yield handle
@@ -296,7 +335,7 @@ def _atomic_output(path: str | None) -> Iterator[IO[str]]:
 def _export(args: argparse.Namespace) -> int:
     async def main() -> int:
         count = 0
-        async with connect(args.url) as manager:
+        async with _connect_to_read(args.url) as manager:
             total = await _count(manager, args.user)
             with _atomic_output(args.output) as out, _progress("exporting", total) as advance:
                 async for batch in iter_batches(manager, user_id=args.user):
@@ -395,7 +434,10 @@ def _copy(args: argparse.Namespace) -> int:
     async def main() -> int:
         counts: Counter[str] = Counter()
         differing: list[str] = []
-        async with connect(args.source_url) as source, connect(args.destination_url) as target:
+        async with (
+            _connect_to_read(args.source_url) as source,
+            connect(args.destination_url) as target,
+        ):
             total = await _count(source, args.user)
             with _progress("copying", total) as advance, _resumable(counts, "copied"):
                 async for batch in iter_batches(source, user_id=args.user):

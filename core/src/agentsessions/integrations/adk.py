@@ -33,9 +33,12 @@ collision would read as "absent", never as another user's data.
 
 What is stored
 --------------
-Our session's state is ``{"adk": <identity>, "state": <session-scoped state>}``; each
-ADK event is one `Event` (same id and author, ``content`` = the event as ADK's
-database service stores it, ``model_dump(mode="json", exclude_none=True)``).
+Our session's state is ``{"adk": <identity>, "state": <session-scoped state>,
+"last_update_time": <the newest event's timestamp, or the creation time>}`` (ADK's
+``last_update_time`` is the event's time in all of ADK's services, not the time of our
+save, and the stale-session check compares it); each ADK event is one `Event` (same
+id and author, ``content`` = the event as ADK's database service stores it,
+``model_dump(mode="json", exclude_none=True)``).
 ``app:`` and ``user:`` keys live in the reserved sessions above, are merged into
 every session read, and ``temp:`` keys are never stored, exactly as in ADK's own
 services. State values are converted to JSON as ADK's database services convert
@@ -62,6 +65,8 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import threading
+import time
 import uuid
 import weakref
 from collections.abc import AsyncIterator, Coroutine
@@ -93,6 +98,7 @@ from .._errors import (
     SessionNotFoundError,
     SessionSerializationError,
 )
+from .._loops import LoopLock
 from .._manager import SessionManager
 from .._models import Event, Session
 from ._shared import finish_despite_cancellation
@@ -230,6 +236,20 @@ def _marker(stored: Session) -> str:
     return str(stored.version)
 
 
+def _last_update(stored: Session) -> float:
+    """ADK's ``last_update_time``: when the newest event was appended (the event's own
+    timestamp, as all of ADK's services report it), or when the session was created."""
+    value = stored.state.get("last_update_time")
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return stored.updated_at.timestamp()  # stored before the time was kept
+
+
+def _clean_id(session_id: str) -> str:
+    """As ADK's services: surrounding whitespace is not part of a session id."""
+    return session_id.strip() if isinstance(session_id, str) else session_id
+
+
 class AgentSessionsSessionService(BaseSessionService):
     """An ADK `BaseSessionService` over any `SessionManager` (see the module docstring).
 
@@ -246,7 +266,9 @@ class AgentSessionsSessionService(BaseSessionService):
         # One lock per session key serializes appends from tasks of this process that
         # share one Session object (parallel agents), as ADK's DatabaseSessionService
         # does; without it the second would see its own first append as "stale".
-        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+        # LoopLocks, because one service may serve several event loops (threads).
+        self._locks: weakref.WeakValueDictionary[str, LoopLock] = weakref.WeakValueDictionary()
+        self._locks_mutex = threading.Lock()
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} on {self.manager!r}>"
@@ -267,13 +289,17 @@ class AgentSessionsSessionService(BaseSessionService):
     ) -> AdkSession:
         _check_names(app_name, user_id)
         keys = _Keys(app_name, user_id)
-        session_id = session_id or str(uuid.uuid4())
+        session_id = (session_id and _clean_id(session_id)) or str(uuid.uuid4())
         scopes = _split_state(state or {}, "state")
         try:
             stored = await self.manager.create(
                 keys.session(session_id),
                 keys.owner,
-                state={"adk": keys.session_identity(session_id), "state": scopes["session"]},
+                state={
+                    "adk": keys.session_identity(session_id),
+                    "state": scopes["session"],
+                    "last_update_time": time.time(),
+                },
             )
         except SessionExistsError:
             raise AlreadyExistsError(f"Session with id {session_id} already exists.") from None
@@ -295,7 +321,7 @@ class AgentSessionsSessionService(BaseSessionService):
             user_id=user_id,
             state=_merged_state(app_state, user_state, scopes["session"]),
             events=[],
-            last_update_time=stored.updated_at.timestamp(),
+            last_update_time=_last_update(stored),
         )
         session._storage_update_marker = _marker(stored)
         return session
@@ -310,6 +336,7 @@ class AgentSessionsSessionService(BaseSessionService):
         config: GetSessionConfig | None = None,
     ) -> AdkSession | None:
         _check_names(app_name, user_id)
+        session_id = _clean_id(session_id)
         keys = _Keys(app_name, user_id)
         last_events = None if config is None else config.num_recent_events
         stored, app_state, user_state = await asyncio.gather(
@@ -334,7 +361,7 @@ class AgentSessionsSessionService(BaseSessionService):
             user_id=user_id,
             state=_merged_state(app_state, user_state, session_state),
             events=events,
-            last_update_time=stored.updated_at.timestamp(),
+            last_update_time=_last_update(stored),
         )
         session._storage_update_marker = _marker(stored)
         return session
@@ -402,7 +429,7 @@ class AgentSessionsSessionService(BaseSessionService):
                 user_id=identity["user_id"],
                 state=_merged_state(app_state, state_of_user[identity["user_id"]], scope),
                 events=[],
-                last_update_time=stored.updated_at.timestamp(),
+                last_update_time=_last_update(stored),
             )
             session._storage_update_marker = _marker(stored)
             sessions.append(session)
@@ -412,6 +439,7 @@ class AgentSessionsSessionService(BaseSessionService):
     @override
     async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
         _check_names(app_name, user_id)
+        session_id = _clean_id(session_id)
         await self.manager.delete(_Keys(app_name, user_id).session(session_id))
 
     @override
@@ -451,7 +479,7 @@ class AgentSessionsSessionService(BaseSessionService):
         if stored is None:
             return event  # the same event again: already stored, nothing to apply
         session._storage_update_marker = _marker(stored)
-        session.last_update_time = stored.updated_at.timestamp()
+        session.last_update_time = _last_update(stored)
         return self._commit_event_to_session(session, event)
 
     async def _store_event(
@@ -473,6 +501,7 @@ class AgentSessionsSessionService(BaseSessionService):
             return None
         self._check_fresh(session, stored, newest)
         stored.events.append(record)
+        stored.state["last_update_time"] = event.timestamp
         if scopes["session"]:
             stored.state["state"] = {**session_state, **scopes["session"]}
         try:
@@ -496,7 +525,7 @@ class AgentSessionsSessionService(BaseSessionService):
             return
         # A copy without a marker (built by hand, or by another service): as ADK's
         # DatabaseSessionService, stale only if storage moved on past the events it holds.
-        if stored.updated_at.timestamp() <= session.last_update_time:
+        if _last_update(stored) <= session.last_update_time:
             return
         if session.events:
             if newest is not None and newest.id == session.events[-1].id:
@@ -543,9 +572,10 @@ class AgentSessionsSessionService(BaseSessionService):
 
     @asynccontextmanager
     async def _lock(self, key: str) -> AsyncIterator[None]:
-        lock = self._locks.get(key)
-        if lock is None:
-            lock = asyncio.Lock()
-            self._locks[key] = lock
+        with self._locks_mutex:
+            lock = self._locks.get(key)
+            if lock is None:
+                lock = LoopLock()
+                self._locks[key] = lock
         async with lock:  # the local name keeps the lock alive while it is held
             yield

@@ -9,9 +9,20 @@
     session = AgentSessionsSession("conversation-42", manager, user_id="alice")
     result = await Runner.run(agent, "Hello", session=session)
 
+It implements the SDK's ``Session`` protocol structurally, as the SDK asks of
+third-party sessions (its ``SessionABC`` is "intended for internal use"), so
+``isinstance(session, agents.memory.Session)`` holds and no SDK base class is needed.
+``session_settings`` and ``limit`` behave as in the SDK's ``SQLiteSession``: an
+explicit limit wins over ``session_settings.limit``, None reads everything, 0 reads
+nothing and a negative limit reads everything.
+
 Each SDK item is one `Event` whose ``content`` is the item dict itself, so an item
 comes back exactly as it went in (strict JSON: a value JSON cannot hold is refused
-with `SessionSerializationError` before anything is written, never altered). The
+before anything is written, never altered). The errors are the ones code written for
+the SDK's stores already catches: a value JSON cannot hold raises
+`ItemSerializationError`, which is a `SessionSerializationError` and a ``TypeError``
+(the SDK's stores raise ``TypeError`` from ``json.dumps``); an item that is not a
+dict raises `InvalidItemError`, an `InvalidInputError` and a ``TypeError``. The
 event's author is the item's ``role`` (``user``, ``assistant``...) or else its
 ``type`` (``function_call``...), so the stored conversation stays readable by any
 other agentsessions tool.
@@ -28,14 +39,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, cast
 
-from agents.memory.session import SessionABC
 from agents.memory.session_settings import (
     SessionSettings,
     coerce_session_settings,
     resolve_session_limit,
 )
 
-from .._errors import InvalidInputError, SessionConflictError
+from .. import _json
+from .._errors import InvalidInputError, SessionConflictError, SessionSerializationError
 from .._manager import DEFAULT_UPDATE_RETRIES, SessionManager, validate_id
 from .._models import Event, Session
 from ._shared import backoff, finish_despite_cancellation
@@ -43,7 +54,7 @@ from ._shared import backoff, finish_despite_cancellation
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
 
-__all__ = ["AgentSessionsSession"]
+__all__ = ["AgentSessionsSession", "InvalidItemError", "ItemSerializationError"]
 
 _FALLBACK_AUTHOR = "item"
 
@@ -56,7 +67,16 @@ def _author_of(item: Mapping[str, object]) -> str:
     return _FALLBACK_AUTHOR
 
 
-class AgentSessionsSession(SessionABC):
+class ItemSerializationError(SessionSerializationError, TypeError):
+    """An item holds a value JSON cannot hold (NaN, a tuple, an object...); nothing was
+    written. A ``TypeError`` too, as the SDK's own stores raise."""
+
+
+class InvalidItemError(InvalidInputError, TypeError):
+    """An item is not a dict; nothing was written."""
+
+
+class AgentSessionsSession:
     """Conversation history of the OpenAI Agents SDK kept by a `SessionManager`.
 
     Pass it as ``session=`` to ``Runner.run`` / ``Runner.run_streamed``. The stored
@@ -123,9 +143,13 @@ class AgentSessionsSession(SessionABC):
         events = []
         for index, item in enumerate(items):
             if not isinstance(item, dict):
-                raise InvalidInputError(
+                raise InvalidItemError(
                     f"items[{index}] is a {type(item).__name__}, not an item dict"
                 )
+            try:
+                _json.check_json(item, f"items[{index}]")
+            except SessionSerializationError as exc:
+                raise ItemSerializationError(exc.path, exc.problem) from None
             events.append(Event(author=_author_of(item), content=item))
         await finish_despite_cancellation(self._append(events))
 

@@ -225,7 +225,7 @@ class RedisClusterServer(ProcessServer):
 
 
 def _build_cluster(
-    server_bin: Path, cli_bin: Path, masters: int, start_timeout: float
+    server_bin: Path, cli_bin: Path, masters: int, start_timeout: float, extra: list[str]
 ) -> RedisClusterServer:
     workdir = make_workdir("redis-cluster")
     ports: list[int] = []
@@ -240,6 +240,7 @@ def _build_cluster(
         "nodes.conf",
         "--cluster-node-timeout",
         "5000",
+        *extra,
     ]
     processes = [_node(server_bin, port, workdir / str(port), cluster_args) for port in ports]
     return RedisClusterServer(
@@ -251,8 +252,13 @@ def _build_cluster(
     )
 
 
-def start_redis_cluster(masters: int = 3, *, start_timeout: float = 60.0) -> ManagedServer:
+def start_redis_cluster(
+    masters: int = 3, *, start_timeout: float = 60.0, appendonly: bool = False
+) -> ManagedServer:
     """Start a private Redis Cluster of ``masters`` master nodes (no replicas).
+
+    ``appendonly=True``: every node keeps its data as `start_redis` does with it, so a
+    node killed and started again comes back with its keys.
 
     Returns it once every node reports ``cluster_state:ok`` with all 16384 slots
     assigned. The URL is ``redis+cluster://127.0.0.1:<first port>``, the scheme the
@@ -262,6 +268,7 @@ def start_redis_cluster(masters: int = 3, *, start_timeout: float = 60.0) -> Man
         raise ValueError("Redis Cluster needs at least 3 masters")
     server_bin = _find_binary("redis-server")
     cli_bin = _find_binary("redis-cli", near=server_bin)
+    extra = ["--appendonly", "yes", "--appendfsync", "always"] if appendonly else []
     return start_with_port_retry(
-        lambda: _build_cluster(server_bin, cli_bin, masters, start_timeout)
+        lambda: _build_cluster(server_bin, cli_bin, masters, start_timeout, extra)
     )
