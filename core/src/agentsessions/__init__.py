@@ -24,6 +24,8 @@ from ._errors import (
     SessionNotFoundError,
     SessionOwnershipError,
     SessionSerializationError,
+    SessionTooLargeError,
+    StorageFullError,
     UnknownBackendError,
 )
 from ._instrumentation import instrument, uninstrument
@@ -69,6 +71,8 @@ __all__ = [
     "SessionPage",
     "SessionSerializationError",
     "SessionSummary",
+    "SessionTooLargeError",
+    "StorageFullError",
     "SystemClock",
     "UnknownBackendError",
     "__version__",
