@@ -89,7 +89,8 @@ def lint(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def typecheck(session: nox.Session) -> None:
     """mypy --strict on core, the kit, the backends, the bench and the tools (pyproject.toml)."""
-    session.install("mypy>=1.13", *TEST_DEPS, *_editable(*MEMBERS))
+    # The stubs are backends/postgres's dev group, which `uv sync` installs and nox does not.
+    session.install("mypy>=1.13", "asyncpg-stubs>=0.30", *TEST_DEPS, *_editable(*MEMBERS))
     session.run("mypy")
 
 

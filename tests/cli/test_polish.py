@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 from agentsessions import connect
@@ -163,3 +164,31 @@ def test_progress_shows_rate_and_time_left_on_a_terminal_only(
     with _ops._progress("copying", 10) as advance:
         advance(10)
     assert piped.getvalue() == ""
+
+
+def _replace(url: str, *, user: str | None = None, path: str | None = None) -> str:
+    parts = urlsplit(url)
+    netloc = parts.netloc.rpartition("@")[2]
+    if user is not None:
+        netloc = f"{user}@{netloc}"
+    elif "@" in parts.netloc:
+        netloc = parts.netloc
+    return urlunsplit(parts._replace(netloc=netloc, path=parts.path if path is None else path))
+
+
+def test_refused_credentials_and_missing_databases_have_their_own_exit_codes(
+    cli: Run, postgres_url: str, redis_url: str
+) -> None:
+    cases = [
+        (_replace(postgres_url, user="no_such_role_here:pw"), 4, "authentication failed"),
+        (_replace(postgres_url, path="/no_such_database_here"), 5, "no such database"),
+        (_replace(redis_url, user="nobody_here:not-the-password"), 4, "authentication failed"),
+    ]
+    for url, code, words in cases:
+        result = cli("ls", url)
+        line = _one_line(result)
+        assert result.returncode == code, (url, result.stderr)
+        assert words in line
+        assert "not-the-password" not in line and ":pw@" not in line
+    down = cli("ls", "postgresql://app:pw@127.0.0.1:1/db")
+    assert down.returncode == 3, down.stderr

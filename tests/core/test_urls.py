@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from agentsessions import InvalidOptionError, mask_url
-from agentsessions._urls import scrub_secret, split_url
+from agentsessions._urls import parse_server_url, scrub_secret, split_url
 
 
 @pytest.mark.parametrize(
@@ -57,3 +57,60 @@ def test_split_url_keeps_an_empty_authority() -> None:
 def test_an_option_given_twice_is_an_error() -> None:
     with pytest.raises(InvalidOptionError, match="'ttl' is given twice"):
         split_url("memory://?ttl=1&ttl=2")
+
+
+# -- parse_server_url: every part checked at connect(), the password never echoed -------
+
+
+@pytest.mark.parametrize(
+    ("url", "part"),
+    [
+        ("redis://127.0.0.1:99999/0", "port"),
+        ("redis://127.0.0.1:0/0", "port"),
+        ("redis://127.0.0.1:abc/0", "port"),
+        ("redis://127.0.0.1:/0", "port"),
+        ("postgresql://u@[::1/db", "host"),
+        ("postgresql://u@[zz::1]:5432/db", "host"),
+        ("postgresql://u@::1:5432/db", "host"),
+        ("postgresql://u@[::1]x/db", "host"),
+        ("postgresql://u@ho st/db", "host"),
+        ("redis://h1:1,h2:2/0", "host"),
+        ("mongodb://h/db#frag", "fragment"),
+    ],
+)
+def test_malformed_url_parts_are_named(url: str, part: str) -> None:
+    with pytest.raises(InvalidOptionError, match=f"URL {part}"):
+        parse_server_url(url)
+
+
+@pytest.mark.parametrize(
+    ("url", "password"),
+    [
+        ("redis://:zq#kw@127.0.0.1:6379/0", "zq#kw"),
+        ("postgresql://app:zq/kw@127.0.0.1/db", "zq/kw"),
+        ("postgresql://app:98/kw@127.0.0.1:5432/db", "98/kw"),
+        ("mongodb://app:zq@kw@127.0.0.1/db", "zq@kw"),
+        ("redis://:zq?kw@127.0.0.1:6379/0", "zq?kw"),
+    ],
+)
+def test_unencoded_reserved_characters_in_a_password_say_how_to_encode(
+    url: str, password: str
+) -> None:
+    with pytest.raises(InvalidOptionError) as caught:
+        parse_server_url(url, multi_host=True)
+    message = str(caught.value)
+    assert "percent-encoded" in message and "quote(password, safe='')" in message
+    for piece in (password, password[:2], password[-2:]):
+        assert piece not in message, message
+
+
+def test_a_well_formed_url_is_split_into_its_parts() -> None:
+    parts = parse_server_url(
+        "mongodb://app:p%40ss%2F%23@h1:1,[::1]:2,h3/my%20db?replicaSet=rs", multi_host=True
+    )
+    assert parts.scheme == "mongodb"
+    assert (parts.username, parts.password) == ("app", "p@ss/#")
+    assert parts.hosts == (("h1", 1), ("::1", 2), ("h3", None))
+    assert parts.path == "my db"
+    assert parts.query == {"replicaSet": "rs"}
+    assert parse_server_url("postgresql:///db?host=/tmp").hosts == (("", None),)

@@ -7,10 +7,12 @@ through the `SessionManager` it returns. Backend authors start at
 
 from ._clock import Clock, SystemClock
 from ._errors import (
+    BackendAuthenticationError,
     BackendConflictError,
     BackendPluginError,
     BackendTimeoutError,
     BackendUnavailableError,
+    DatabaseNotFoundError,
     InvalidInputError,
     InvalidOptionError,
     InvalidSessionIdError,
@@ -22,6 +24,8 @@ from ._errors import (
     SessionNotFoundError,
     SessionOwnershipError,
     SessionSerializationError,
+    SessionTooLargeError,
+    StorageFullError,
     UnknownBackendError,
 )
 from ._instrumentation import instrument, uninstrument
@@ -40,6 +44,8 @@ from ._urls import mask_url
 from ._version import __version__
 
 __all__ = [
+    "BackendAuthenticationError",
+    "DatabaseNotFoundError",
     "BackendConflictError",
     "BackendPluginError",
     "BackendSpec",
@@ -65,6 +71,8 @@ __all__ = [
     "SessionPage",
     "SessionSerializationError",
     "SessionSummary",
+    "SessionTooLargeError",
+    "StorageFullError",
     "SystemClock",
     "UnknownBackendError",
     "__version__",

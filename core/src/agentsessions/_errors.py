@@ -10,6 +10,7 @@ wrong before any I/O happens also derives from `ValueError`, so
     ├── SessionConflictError         save() of a copy whose version is stale
     ├── SessionOwnershipError        a user_id that does not own the session
     ├── SessionSerializationError    a value in state or events that is not JSON (also ValueError)
+    │   └── SessionTooLargeError     an encoded event or state past the backend's size limit
     ├── PartialSessionError          an edit a session loaded with last_events cannot express
     ├── InvalidInputError            bad input, rejected before any I/O (also ValueError)
     │   ├── InvalidSessionIdError    empty, blank, too long or not a string
@@ -18,7 +19,10 @@ wrong before any I/O happens also derives from `ValueError`, so
     ├── BackendConflictError         several distributions claim one URL scheme
     ├── BackendPluginError           the plugin serving a URL scheme is broken
     ├── BackendUnavailableError      the server cannot be reached (the URL is masked)
-    │   └── BackendTimeoutError      the call did not finish within its deadline (``timeout``)
+    │   ├── BackendAuthenticationError  the server refused the credentials
+    │   ├── DatabaseNotFoundError    the database the URL names does not exist
+    │   ├── BackendTimeoutError      the call did not finish within its deadline (``timeout``)
+    │   └── StorageFullError         the server refuses writes because it is out of space
     └── ManagerClosedError           a call on a manager after close()
 """
 
@@ -27,6 +31,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 __all__ = [
+    "BackendAuthenticationError",
+    "DatabaseNotFoundError",
     "BackendConflictError",
     "BackendPluginError",
     "BackendTimeoutError",
@@ -42,6 +48,8 @@ __all__ = [
     "SessionNotFoundError",
     "SessionOwnershipError",
     "SessionSerializationError",
+    "SessionTooLargeError",
+    "StorageFullError",
     "UnknownBackendError",
 ]
 
@@ -112,6 +120,20 @@ class InvalidInputError(SessionError, ValueError):
     """Input rejected before any I/O."""
 
 
+class SessionTooLargeError(SessionSerializationError, InvalidInputError):
+    """An encoded event or state is larger than the backend stores; nothing was written.
+
+    The message states the size and the limit, never the value itself.
+    """
+
+    def __init__(self, path: str, size: int, limit: int) -> None:
+        super().__init__(
+            path, f"encodes to {size} bytes; this backend stores at most {limit} bytes"
+        )
+        self.size = size
+        self.limit = limit
+
+
 class InvalidSessionIdError(InvalidInputError):
     """A session or user id that is not a non-empty string of bounded length."""
 
@@ -163,6 +185,20 @@ class BackendUnavailableError(SessionError):
         self.reason = reason
 
 
+class BackendAuthenticationError(BackendUnavailableError):
+    """The server refused the credentials (wrong password, unknown user or role).
+
+    Not a reason to retry: fix the URL's user or password.
+    """
+
+
+class DatabaseNotFoundError(BackendUnavailableError):
+    """The server answered, but the database the URL names does not exist there.
+
+    Not a reason to retry: fix the URL, or create the database.
+    """
+
+
 class BackendTimeoutError(BackendUnavailableError):
     """A call did not finish within its deadline, the manager's ``timeout`` option.
 
@@ -177,6 +213,11 @@ class BackendTimeoutError(BackendUnavailableError):
         super().__init__(url, f"{detail} ({reason})" if reason else detail)
         self.operation = operation
         self.timeout = timeout
+
+
+class StorageFullError(BackendUnavailableError):
+    """The server refused a write because it is full (Redis at ``maxmemory``, a full
+    disk); nothing was written. Free space or raise the limit, then retry."""
 
 
 class ManagerClosedError(SessionError):

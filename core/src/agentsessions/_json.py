@@ -16,7 +16,7 @@ import pydantic_core
 
 from ._errors import SessionSerializationError
 
-__all__ = ["INT64_MAX", "INT64_MIN", "check_json", "dumps", "loads"]
+__all__ = ["INT64_MAX", "INT64_MIN", "check_json", "check_text", "dumps", "loads"]
 
 # Every engine we support stores integers exactly up to 64 bits (BSON int64, SQLite
 # INTEGER); accepting more would mean some backends silently round.
@@ -30,8 +30,24 @@ def check_json(value: Any, path: str) -> None:
     _check(value, path, 0)
 
 
+def check_text(value: str, path: str) -> None:
+    """Raise `SessionSerializationError` if *value* holds an unpaired surrogate
+    (``"\\ud800"``): no UTF-8 encoding, so no engine, can store it."""
+    # isascii() is O(1) in CPython, so plain text costs nothing here.
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise SessionSerializationError(
+                path, f"string holds an unpaired surrogate at index {exc.start}"
+            ) from None
+
+
 def _check(value: Any, path: str, depth: int) -> None:
-    if value is None or value is True or value is False or type(value) is str:
+    if value is None or value is True or value is False:
+        return
+    if type(value) is str:
+        check_text(value, path)
         return
     kind = type(value)
     if kind is int:
@@ -50,6 +66,7 @@ def _check(value: Any, path: str, depth: int) -> None:
                 raise SessionSerializationError(
                     f"{path}[{key!r}]", f"key of type {type(key).__name__}, expected str"
                 )
+            check_text(key, f"{path}[{key!r}] (the key)")
             _check(item, f"{path}[{key!r}]", depth + 1)
         return
     if kind is list:

@@ -12,12 +12,13 @@ import asyncio
 import inspect
 import random
 import secrets
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from types import TracebackType
-from typing import Any, ClassVar, TypeVar
+from typing import Annotated, Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -37,6 +38,8 @@ from ._errors import (
     SessionExistsError,
     SessionNotFoundError,
     SessionOwnershipError,
+    SessionSerializationError,
+    SessionTooLargeError,
 )
 from ._loops import LoopLock, PerLoop
 from ._models import Event, Session, SessionPage, SessionSummary
@@ -56,9 +59,15 @@ from ._urls import mask_url, scrub_secret, split_url
 __all__ = [
     "DEFAULT_TIMEOUT",
     "MAX_ID_LENGTH",
+    "MAX_LAST_EVENTS",
+    "MAX_POOL_SIZE",
+    "MAX_TIMEOUT",
+    "MAX_TTL",
     "ManagerOptions",
+    "PoolSize",
     "Restorable",
     "SessionManager",
+    "Timeout",
     "backoff",
     "backoff_delay",
     "check_restorable",
@@ -66,6 +75,8 @@ __all__ = [
 ]
 
 MAX_ID_LENGTH = 255
+#: ``get(last_events=N)`` with a larger N loads the whole history, like N = this.
+MAX_LAST_EVENTS = 2**31 - 1
 MAX_PAGE_SIZE = 1000
 DEFAULT_UPDATE_RETRIES = 64
 #: Seconds every call may take end to end, unless the ``timeout`` option says otherwise.
@@ -101,17 +112,48 @@ def validate_id(value: object, what: str = "session_id") -> str:
     return value
 
 
+def check_size(text: str, limit: int | None, path: str) -> None:
+    """Raise `SessionTooLargeError` if *text* encodes to more than *limit* UTF-8 bytes."""
+    # A character is at most 4 bytes: most texts are settled without encoding them.
+    if limit is None or len(text) * 4 <= limit:
+        return
+    size = len(text.encode("utf-8"))
+    if size > limit:
+        raise SessionTooLargeError(path, size, limit)
+
+
 def _optional_id(value: object, what: str) -> str | None:
     return None if value is None else validate_id(value, what)
 
 
+#: The longest ``ttl``: a century (``None`` means sessions never expire).
+MAX_TTL = 100 * 365 * 24 * 3600
+#: The longest timeout option (one day), far below what any driver's milliseconds take.
+MAX_TIMEOUT = 24 * 3600
+#: The largest connection pool option.
+MAX_POOL_SIZE = 10_000
+
+#: A timeout option: finite seconds, more than 0, at most `MAX_TIMEOUT`.
+Timeout = Annotated[float, Field(gt=0, le=MAX_TIMEOUT, allow_inf_nan=False)]
+#: A connection pool size option: 1 to `MAX_POOL_SIZE`.
+PoolSize = Annotated[int, Field(ge=1, le=MAX_POOL_SIZE)]
+
+
 class ManagerOptions(BaseModel):
-    """Options every backend accepts; a backend extends this with its own fields."""
+    """Options every backend accepts; a backend extends this with its own fields.
+
+    Every field is range-checked (finite, positive where it must be, bounded), so a
+    value that would fail at first use fails at `connect()`, naming the option.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     ttl: float | None = Field(
-        default=None, gt=0, description="seconds of inactivity after which a session expires"
+        default=None,
+        gt=0,
+        le=MAX_TTL,
+        allow_inf_nan=False,
+        description="seconds of inactivity after which a session expires",
     )
     namespace: str = Field(
         default="",
@@ -156,8 +198,10 @@ class SessionManager(abc.ABC):
       from ``create`` or ``delete``: it may or may not have happened.
     """
 
-    #: The options model; a backend subclasses `ManagerOptions` to add its own.
+    #: The options model; a backend subclasses `ManagerOptions` to add its own (and
+    #: re-declares ``options`` with that type for the type checker).
     Options: ClassVar[type[ManagerOptions]] = ManagerOptions
+    options: ManagerOptions
     #: Query parameters that belong to the driver and stay in the URL.
     driver_query_params: ClassVar[frozenset[str]] = frozenset()
     #: The driver exceptions that mean "the server cannot serve this call", and the
@@ -176,8 +220,12 @@ class SessionManager(abc.ABC):
     #: URL's host, port and database (``server.address``, ...). None: an embedded engine.
     default_port: ClassVar[int | None] = None
 
-    def __init__(self, url: str, options: ManagerOptions) -> None:
+    def __init__(self, url: str, options: ManagerOptions | None = None) -> None:
         self._url = url
+        if options is None:
+            options = self.Options()
+        elif not isinstance(options, self.Options):
+            options = self.parse_options(options.model_dump(exclude_unset=True))
         self.options = options
         self._open_lock = LoopLock()
         self._opened = False
@@ -322,22 +370,19 @@ class SessionManager(abc.ABC):
         """Store a new, empty session. Raises `SessionExistsError` if the id is taken."""
         validate_id(session_id)
         _optional_id(user_id, "user_id")
-        state = {} if state is None else state
-        if type(state) is not dict:
-            raise InvalidInputError(f"state must be a dict, not {type(state).__name__}")
-        _json.check_json(state, "state")
+        state_json = self._encode_state({} if state is None else state)
         async with _deadline.call(self, "create"):
-            return await self._create_checked(session_id, user_id, state)
+            return await self._create_checked(session_id, user_id, state_json)
 
     async def _create_checked(
-        self, session_id: str, user_id: str | None, state: dict[str, Any]
+        self, session_id: str, user_id: str | None, state_json: str
     ) -> Session:
         await self._ready()
         now = self.clock.now()
         record = SessionRecord(
             session_id=session_id,
             user_id=user_id,
-            state=_json.dumps(state),
+            state=state_json,
             version=1,
             created_at=now,
             updated_at=now,
@@ -401,8 +446,14 @@ class SessionManager(abc.ABC):
         """
         validate_id(session_id)
         _optional_id(user_id, "user_id")
-        if last_events is not None and (type(last_events) is not int or last_events < 0):
-            raise InvalidInputError(f"last_events must be None or an int >= 0, not {last_events!r}")
+        if last_events is not None:
+            if type(last_events) is not int or last_events < 0:
+                raise InvalidInputError(
+                    f"last_events must be None or an int >= 0, not {last_events!r}"
+                )
+            # More than any session holds means "all of them", and keeps the number
+            # inside what every engine's LIMIT / Lua number / index arithmetic takes.
+            last_events = min(last_events, MAX_LAST_EVENTS)
         async with _deadline.call(self, "get"):
             await self._ready()
             loaded = await self._load(session_id, last_events, self.clock.now())
@@ -457,15 +508,22 @@ class SessionManager(abc.ABC):
         """
         if not isinstance(session, Session):
             raise InvalidInputError(f"save() takes a Session, not {type(session).__name__}")
-        validate_id(session.session_id)
-        _json.check_json(session.state, "state")
-        state_json = _json.dumps(session.state)
+        session_id = validate_id(session.session_id)
+        _optional_id(session.user_id, "user_id")
+        state_json = self._encode_state(session.state)
+        if not isinstance(session.events, list):
+            raise InvalidInputError(
+                f"session {session_id!r}: events must be a list of Event, "
+                f"not {type(session.events).__name__}"
+            )
+        loaded = self._tracking_of(session)
         async with _deadline.call(self, "save"):
-            await self._save_checked(session, state_json)
+            await self._save_checked(session, state_json, loaded)
 
-    async def _save_checked(self, session: Session, state_json: str) -> None:
+    async def _save_checked(
+        self, session: Session, state_json: str, loaded: LoadedState | None
+    ) -> None:
         await self._ready()
-        loaded = session._loaded
         if loaded is None:
             loaded = await self._adopt(session)
             session._loaded = loaded
@@ -524,6 +582,42 @@ class SessionManager(abc.ABC):
         session.updated_at = now
         loaded.saved(session, new_version, keep_in_window)
 
+    def _encode_state(self, state: object) -> str:
+        """The state as stored JSON text, after every check; raises before any I/O."""
+        if type(state) is not dict:
+            raise SessionSerializationError(
+                "state", f"must be a dict (a JSON object), not {type(state).__name__}"
+            )
+        _json.check_json(state, "state")
+        text = _json.dumps(state)
+        check_size(text, self.capabilities.max_state_bytes, "state")
+        return text
+
+    @staticmethod
+    def _tracking_of(session: Session) -> LoadedState | None:
+        """*session*'s own tracking, or None when it was built by hand.
+
+        The tracking is tied to the id the session was loaded as and to the object
+        loaded: a copy (``model_copy``, ``copy.deepcopy``) gets its own from the
+        version it was copied at, so one object's saves never move another's baseline.
+        """
+        loaded: LoadedState | None = session._loaded
+        if loaded is None:
+            return None
+        if loaded.session_id != session.session_id:
+            raise InvalidInputError(
+                f"session was loaded as {loaded.session_id!r} and cannot be saved as "
+                f"{session.session_id!r}: a session's id is fixed at load; create the "
+                "other session with manager.create() and copy events and state into it"
+            )
+        if loaded.owned_by(session):
+            return loaded
+        if session.version != loaded.version:
+            # Copied before the original's last save: the copy is a stale one.
+            raise SessionConflictError(session.session_id, session.version)
+        session._loaded = fork = loaded.fork(session)
+        return fork
+
     async def _adopt(self, session: Session) -> LoadedState:
         """A Session built by hand: save it as a full rewrite of the stored one."""
         stored = await self._load(session.session_id, 0, self.clock.now())
@@ -543,23 +637,15 @@ class SessionManager(abc.ABC):
             offset=0,
             partial=False,
             tracked=None,
+            session_id=session.session_id,
+            owner=weakref.ref(session),
         )
 
     def _check_event_sizes(self, events: list[EventRecord], first_index: int) -> None:
-        """`InvalidInputError` for an encoded event larger than this backend stores."""
+        """`SessionTooLargeError` for an encoded event larger than this backend stores."""
         limit = self.capabilities.max_event_bytes
-        if limit is None:
-            return
         for offset, record in enumerate(events):
-            # 4 bytes per character at most: the exact count only when it could matter.
-            if len(record.data) * 4 > limit:
-                size = len(record.data.encode())
-                if size > limit:
-                    raise InvalidInputError(
-                        f"events[{first_index + offset}] is {size} bytes encoded; "
-                        f"{type(self).__name__} stores events of at most {limit} bytes "
-                        "(max_event_bytes)"
-                    )
+            check_size(record.data, limit, f"events[{first_index + offset}]")
 
     async def update(
         self,
@@ -992,7 +1078,8 @@ def _encode_events(
         event = events[index]
         if not isinstance(event, Event):
             raise InvalidInputError(f"events[{index}] is a {type(event).__name__}, not an Event")
-        if event.id in known or event.id in added:
+        # An unvalidated id may be unhashable; encode_event names what is wrong with it.
+        if type(event.id) is str and (event.id in known or event.id in added):
             raise InvalidInputError(f"events[{index}]: duplicate event id {event.id!r}")
         added.add(event.id)
         encoded.append(encode_event(event, keep + index - start, f"events[{index}]"))

@@ -24,6 +24,7 @@ from ._records import (
     SessionRecord,
     decode_events,
 )
+from ._urls import parse_server_url
 
 __all__ = ["MemorySessionManager"]
 
@@ -60,7 +61,8 @@ class MemorySessionManager(SessionManager):
     db_system = "memory"
 
     def __init__(self, url: str = "memory://", options: ManagerOptions | None = None) -> None:
-        super().__init__(url, options or ManagerOptions())
+        super().__init__(url, options)
+        parse_server_url(url)  # refuses what would defeat masking, such as a raw '#'
         name = url.partition("://")[2].strip("/")
         if name:
             with _named_lock:

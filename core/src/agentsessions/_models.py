@@ -18,6 +18,7 @@ from pydantic import (
 )
 
 from . import _json
+from ._errors import InvalidInputError
 
 __all__ = ["Event", "Session", "SessionPage", "SessionSummary", "utcnow"]
 
@@ -124,6 +125,17 @@ class Session(BaseModel, EventsAndState):
     @classmethod
     def _times_in_utc(cls, value: datetime) -> datetime:
         return _to_utc(value)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # A session's identity is fixed: its tracking (what save() compares against) is
+        # the stored session of that id, so another id would write through it.
+        if name == "session_id" and value != self.__dict__.get("session_id", value):
+            raise InvalidInputError(
+                f"session_id cannot be changed (this is session {self.session_id!r}); "
+                "to store these events and state under another id, create that session "
+                "with manager.create() and copy them into it"
+            )
+        super().__setattr__(name, value)
 
     @property
     def is_partial(self) -> bool:

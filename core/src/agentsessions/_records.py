@@ -16,7 +16,7 @@ from datetime import datetime, timedelta, timezone
 from pydantic import TypeAdapter
 
 from . import _json
-from ._errors import InvalidInputError
+from ._errors import InvalidInputError, SessionSerializationError
 from ._models import Event, SessionSummary
 
 __all__ = [
@@ -65,6 +65,8 @@ class Capabilities:
     ``ttl``: the ``ttl`` option expires sessions.
     ``namespaces``: the ``namespace`` option isolates applications on one server.
     ``max_event_bytes``: the largest encoded event the backend stores, if it has a limit.
+    ``max_state_bytes``: the largest encoded state, if it has a limit. The manager
+    refuses anything larger with `SessionTooLargeError` before any I/O.
     """
 
     persistent: bool = False
@@ -72,6 +74,7 @@ class Capabilities:
     ttl: bool = True
     namespaces: bool = True
     max_event_bytes: int | None = None
+    max_state_bytes: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,10 +179,49 @@ def decode_events(texts: Sequence[str] | Sequence[bytes]) -> list[Event]:
     return _EVENTS.validate_json(blob)
 
 
+_EVENT_FIELDS = frozenset(Event.model_fields)
+_MAX_NAME = 255  # Event.id and Event.author, as the model declares them
+
+
+def _check_name(value: object, path: str) -> None:
+    if type(value) is not str:
+        raise SessionSerializationError(path, f"must be a str, not {type(value).__name__}")
+    if not 1 <= len(value) <= _MAX_NAME:
+        raise SessionSerializationError(path, f"must be 1 to {_MAX_NAME} characters long")
+    _json.check_text(value, path)
+
+
+def _check_timestamp(value: object, path: str) -> None:
+    if not isinstance(value, datetime):
+        raise SessionSerializationError(path, f"must be a datetime, not {type(value).__name__}")
+    if value.utcoffset() is None:
+        raise SessionSerializationError(path, "is naive; events need a timezone-aware datetime")
+    try:
+        value.astimezone(timezone.utc)
+    except OverflowError:
+        raise SessionSerializationError(path, "is out of range once converted to UTC") from None
+
+
 def encode_event(event: Event, position: int, path: str) -> EventRecord:
-    """Check and encode one event; *path* names it in errors (``events[3]``)."""
-    _json.check_json(event.content, f"{path}.content")
-    _json.check_json(event.metadata, f"{path}.metadata")
+    """Check and encode one event; *path* names it in errors (``events[3]``).
+
+    Every field is checked again, because an Event need not have been validated
+    (``Event.model_construct`` skips it): what is stored must always load back.
+    """
+    fields = event.__dict__
+    if fields.keys() != _EVENT_FIELDS:
+        missing = sorted(_EVENT_FIELDS - fields.keys()) or ["fields"]
+        raise SessionSerializationError(f"{path}.{missing[0]}", "is missing from the Event")
+    _check_name(fields["id"], f"{path}.id")
+    _check_name(fields["author"], f"{path}.author")
+    _check_timestamp(fields["timestamp"], f"{path}.timestamp")
+    metadata = fields["metadata"]
+    if type(metadata) is not dict:
+        raise SessionSerializationError(
+            f"{path}.metadata", f"must be a dict, not {type(metadata).__name__}"
+        )
+    _json.check_json(fields["content"], f"{path}.content")
+    _json.check_json(metadata, f"{path}.metadata")
     return EventRecord(position=position, data=event.model_dump_json())
 
 

@@ -10,6 +10,7 @@ session whose ``events`` was replaced by a plain list is compared in full.
 from __future__ import annotations
 
 import operator
+import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, SupportsIndex
@@ -96,17 +97,41 @@ class EventList(list[Event]):
 
 @dataclass(slots=True)
 class LoadedState:
-    """A session's events and version as the store holds them, kept in step by save()."""
+    """A session's events and version as the store holds them, kept in step by save().
+
+    It belongs to one `Session` object (``owner``) loaded as one id (``session_id``):
+    a copy of that object carries the same state, so `owned_by` tells save() whether
+    the tracking is really this object's, and a save under another id is refused.
+    """
 
     version: int
     events: list[Event]  # a private copy of the stored window; shares the (immutable) events
     offset: int  # absolute position of events[0]; > 0 only for a partial load
     partial: bool
     tracked: EventList | None  # the list handed to the caller, if it is still theirs
+    session_id: str
+    owner: weakref.ref[Session] | None = None  # the Session object this state tracks
     ids: set[str] | None = None  # ids of `events`, built on the first save that needs it
     # The save last sent whose outcome is unknown (it failed ambiguously): re-sent,
     # token and all, when the session is saved again unchanged.
     pending: SaveRequest | None = None
+
+    def owned_by(self, session: Session) -> bool:
+        """Whether this is *session*'s own tracking (not that of the object it was copied from)."""
+        return self.owner is not None and self.owner() is session
+
+    def fork(self, session: Session) -> LoadedState:
+        """Tracking for *session*, a copy of the owner taken at this version: its events
+        are compared in full on its first save, and the owner's tracking is untouched."""
+        return LoadedState(
+            version=self.version,
+            events=list(self.events),
+            offset=self.offset,
+            partial=self.partial,
+            tracked=None,
+            session_id=self.session_id,
+            owner=weakref.ref(session),
+        )
 
     def unchanged_prefix(self, current: list[Event]) -> int:
         """How many leading events of *current* are the stored ones."""
@@ -158,6 +183,8 @@ def mark_loaded(session: Session, *, offset: int = 0, partial: bool = False) -> 
         offset=offset,
         partial=partial,
         tracked=tracked,
+        session_id=session.session_id,
+        owner=weakref.ref(session),
     )
 
 

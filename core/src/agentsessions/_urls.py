@@ -2,12 +2,28 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from dataclasses import dataclass
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
 from ._errors import InvalidOptionError
 
-__all__ = ["mask_url", "scrub_secret", "split_url", "url_password"]
+__all__ = [
+    "PERCENT_ENCODING_HINT",
+    "ServerURL",
+    "mask_url",
+    "parse_server_url",
+    "scrub_secret",
+    "split_url",
+    "url_password",
+]
+
+#: Appended to every URL error a password with reserved characters could cause.
+PERCENT_ENCODING_HINT = (
+    "a user name or password holding reserved characters (@ : / ? # [ ] %) must be "
+    "percent-encoded, e.g. urllib.parse.quote(password, safe='')"
+)
 
 _MASK = "***"
 # user:password@ in the authority; the host part may hold several hosts (MongoDB).
@@ -44,7 +60,10 @@ def split_url(url: str, keep: frozenset[str] = frozenset()) -> tuple[str, dict[s
     in the URL; names are compared ignoring case, as MongoDB does (``replicaset``).
     A parameter given twice is an error rather than a silent pick.
     """
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # "Invalid IPv6 URL"
+        raise _url_error("host", "a '[' or ']' that does not enclose an IPv6 address") from None
     keep = frozenset(name.lower() for name in keep)
     ours: dict[str, str] = {}
     theirs: list[tuple[str, str]] = []
@@ -58,3 +77,92 @@ def split_url(url: str, keep: frozenset[str] = frozenset()) -> tuple[str, dict[s
     # Cut the query off by hand: urlunsplit would turn "memory://?x=1" into "memory:".
     base = url.split("?", 1)[0]
     return (f"{base}?{urlencode(theirs)}" if theirs else base), ours
+
+
+@dataclass(frozen=True, slots=True)
+class ServerURL:
+    """The parts of a ``scheme://[user[:password]@]host[:port][,host...][/path][?query]`` URL.
+
+    ``hosts`` holds ``(host, port)`` pairs (IPv6 without brackets; ``port`` None when
+    the URL gives none); ``path`` is percent-decoded and has no leading slash.
+    """
+
+    scheme: str
+    username: str | None
+    password: str | None
+    hosts: tuple[tuple[str, int | None], ...]
+    path: str
+    query: dict[str, str]
+
+
+def _url_error(part: str, problem: str, hint: bool = True) -> InvalidOptionError:
+    # Never the URL itself: when it does not parse, masking cannot find the password.
+    message = f"URL {part}: {problem}"
+    return InvalidOptionError(f"{message}; {PERCENT_ENCODING_HINT}" if hint else message)
+
+
+def _host_and_port(text: str) -> tuple[str, int | None]:
+    if text.startswith("["):
+        host, closed, rest = text[1:].partition("]")
+        if not closed:
+            raise _url_error("host", "an IPv6 address opened with '[' is never closed")
+        try:
+            ipaddress.IPv6Address(host.split("%", 1)[0])
+        except ValueError:
+            raise _url_error("host", f"{host!r} is not an IPv6 address", hint=False) from None
+        if rest and not rest.startswith(":"):
+            raise _url_error("host", "only ':port' may follow a bracketed IPv6 address")
+        port_text = rest[1:] if rest else None
+    else:
+        if text.count(":") > 1:
+            raise _url_error("host", "an IPv6 address must be written in brackets, e.g. [::1]")
+        host, colon, port_text_or_empty = text.partition(":")
+        port_text = port_text_or_empty if colon else None
+        if any(char in host for char in "[]"):
+            raise _url_error("host", "a '[' or ']' belongs only around an IPv6 address")
+    if any(char.isspace() or not char.isprintable() for char in host):
+        raise _url_error("host", "holds a space or a control character")
+    if port_text is None:
+        return host, None
+    if not (port_text.isascii() and port_text.isdigit()):
+        raise _url_error("port", "is not a number from 1 to 65535")
+    port = int(port_text)
+    if not 1 <= port <= 65535:
+        raise _url_error("port", f"{port} is not from 1 to 65535", hint=False)
+    return host, port
+
+
+def parse_server_url(url: str, *, multi_host: bool = False) -> ServerURL:
+    """Split a server URL into its parts, or raise `InvalidOptionError` naming the bad one.
+
+    Stricter than `urllib.parse`, which silently reads a password's ``#`` as the start
+    of a fragment or its ``/`` as the start of the path: any sign of that is an error
+    saying to percent-encode. Messages never contain the URL or the password.
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep or not scheme:
+        raise _url_error("scheme", "expected scheme://...", hint=False)
+    authority = re.match(r"[^/?#]*", rest).group()  # type: ignore[union-attr]
+    tail = rest[len(authority) :]
+    if "#" in tail:
+        raise _url_error("fragment", "a URL here has no #fragment (a '#' in a password is %23)")
+    path, _, query_text = tail.partition("?")
+    if "@" in path:
+        raise _url_error("path", "holds an '@' (a '/' in a password is %2F)")
+    userinfo, at, host_list = authority.rpartition("@")
+    if "@" in userinfo:
+        raise _url_error("user info", "holds more than one '@' (an '@' in a password is %40)")
+    username: str | None = None
+    password: str | None = None
+    if at:
+        user_text, colon, password_text = userinfo.partition(":")
+        username = unquote(user_text) if user_text else None
+        password = unquote(password_text) if colon else None
+    parts = host_list.split(",")
+    if len(parts) > 1 and not multi_host:
+        raise _url_error("host", "names several hosts; this backend takes one", hint=False)
+    hosts = tuple(_host_and_port(part) for part in parts)
+    if len(parts) > 1 and any(not host for host, _ in hosts):
+        raise _url_error("host", "an empty host in the list of hosts", hint=False)
+    query = dict(parse_qsl(query_text, keep_blank_values=True))
+    return ServerURL(scheme.lower(), username, password, hosts, unquote(path[1:]), query)

@@ -37,7 +37,17 @@ What every hook may rely on, and must honour:
 
 from ._deadline import ErrorRule
 from ._loops import LoopLock, PerLoop
-from ._manager import ManagerOptions, SessionManager, validate_id
+from ._manager import (
+    MAX_LAST_EVENTS,
+    MAX_POOL_SIZE,
+    MAX_TIMEOUT,
+    MAX_TTL,
+    ManagerOptions,
+    PoolSize,
+    SessionManager,
+    Timeout,
+    validate_id,
+)
 from ._records import (
     TOKENS_KEPT,
     Capabilities,
@@ -52,9 +62,21 @@ from ._records import (
     to_micros,
 )
 from ._registry import BackendSpec, hookimpl, hookspec
-from ._urls import mask_url, scrub_secret, split_url
+from ._urls import (
+    PERCENT_ENCODING_HINT,
+    ServerURL,
+    mask_url,
+    parse_server_url,
+    scrub_secret,
+    split_url,
+)
 
 __all__ = [
+    "MAX_LAST_EVENTS",
+    "MAX_POOL_SIZE",
+    "MAX_TIMEOUT",
+    "MAX_TTL",
+    "PERCENT_ENCODING_HINT",
     "BackendSpec",
     "Capabilities",
     "ErrorRule",
@@ -63,10 +85,13 @@ __all__ = [
     "LoopLock",
     "ManagerOptions",
     "PerLoop",
+    "PoolSize",
     "SaveRequest",
+    "ServerURL",
     "SessionManager",
     "SessionRecord",
     "TOKENS_KEPT",
+    "Timeout",
     "decode_cursor",
     "decode_events",
     "encode_cursor",
@@ -74,6 +99,7 @@ __all__ = [
     "hookimpl",
     "hookspec",
     "mask_url",
+    "parse_server_url",
     "scrub_secret",
     "split_url",
     "to_micros",

@@ -13,12 +13,14 @@ from typing import Any
 import pytest
 from agentsessions import (
     Event,
-    InvalidInputError,
     InvalidOptionError,
     InvalidSessionIdError,
     SessionConflictError,
+    SessionSerializationError,
+    SessionTooLargeError,
     connect,
 )
+from agentsessions.backend import Capabilities
 from agentsessions_mongo import MongoSessionManager
 from agentsessions_mongo import _manager as manager_module
 from pymongo.asynchronous.database import AsyncDatabase
@@ -498,10 +500,32 @@ async def test_oversized_state_is_refused_and_nothing_written(mongo: MongoSessio
     session = await mongo.create("huge")
     session.add_event("user", "small")
     session.state["blob"] = "x" * (17 * 1024 * 1024)
-    with pytest.raises(InvalidInputError, match="MongoDB refused"):
+    with pytest.raises(SessionTooLargeError, match="16760832 bytes") as caught:
         await mongo.save(session)
+    assert "xxxx" not in str(caught.value) and len(str(caught.value)) < 300
     stored = await mongo.get("huge")
     assert stored is not None and stored.version == 1 and stored.state == {}
+
+
+@pytest.mark.parametrize("where", ["event", "state"])
+async def test_the_servers_document_limit_is_a_documented_error(
+    mongo: MongoSessionManager, where: str
+) -> None:
+    """Past the server's own limit (the manager's check switched off): a
+    SessionSerializationError stating the limit, never the payload; nothing stored."""
+    mongo.capabilities = Capabilities(persistent=True, shared=True)
+    session = await mongo.create("huge")
+    if where == "event":
+        session.add_event("user", "x" * (17 * 1024 * 1024))
+    else:
+        session.state["blob"] = "x" * (17 * 1024 * 1024)
+    with pytest.raises(SessionSerializationError) as caught:
+        await mongo.save(session)
+    message = str(caught.value)
+    assert "xxxx" not in message and len(message) < 500, message[:500]
+    assert "bytes" in message
+    stored = await mongo.get("huge")
+    assert stored is not None and stored.version == 1 and stored.events == []
 
 
 async def _fresh(manager: MongoSessionManager) -> MongoSessionManager:

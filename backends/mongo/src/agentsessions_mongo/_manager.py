@@ -44,6 +44,7 @@ from typing import Any, ClassVar, NamedTuple
 from urllib.parse import parse_qs, urlsplit
 
 from agentsessions import (
+    BackendAuthenticationError,
     BackendTimeoutError,
     InvalidInputError,
     InvalidOptionError,
@@ -51,6 +52,7 @@ from agentsessions import (
     SessionError,
     SessionExistsError,
     SessionNotFoundError,
+    SessionSerializationError,
     SessionSummary,
 )
 from agentsessions.backend import (
@@ -59,6 +61,7 @@ from agentsessions.backend import (
     ErrorRule,
     EventRecord,
     LoadedSession,
+    ManagerOptions,
     SaveRequest,
     SessionManager,
     SessionRecord,
@@ -76,6 +79,7 @@ from pymongo.errors import (
     BulkWriteError,
     ConfigurationError,
     ConnectionFailure,
+    DocumentTooLarge,
     DuplicateKeyError,
     ExecutionTimeout,
     OperationFailure,
@@ -97,11 +101,10 @@ from ._layout import (
     session_doc,
     stale_events_filter,
 )
-from ._options import MongoOptions
+from ._options import DEFAULT_DATABASE, MongoOptions, database_name
 
 __all__ = ["DEFAULT_DATABASE", "MongoSessionManager"]
 
-DEFAULT_DATABASE = "agentsessions"
 #: A rewrite adds a segment; past this many the newest half is copied into one fresh
 #: generation, so reads stay a handful of index ranges and the copy is amortised.
 MAX_SEGMENTS = 16
@@ -115,8 +118,12 @@ _PENDING = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _AUTH_CODES = frozenset({13, 18})
 #: pymongo's URI options, lower-cased: MongoDB treats option names case-insensitively.
 _DRIVER_OPTIONS = frozenset(URI_OPTIONS_VALIDATOR_MAP) | {"ssl", "gssapiservicename"}
-# BSON's hard limit is 16 MiB per document; an event document also holds its keys.
-_MAX_EVENT_BYTES = 16 * 1024 * 1024 - 16 * 1024
+# BSON's hard limit is 16 MiB per document; an event (or session) document also holds
+# its keys and bookkeeping besides the encoded event (or state).
+_MAX_DOCUMENT_BYTES = 16 * 1024 * 1024 - 16 * 1024
+_TOO_LARGE = "larger than the server's limit of 16,777,216 bytes per BSON document"
+# Server error codes meaning "that document is too large to store".
+_TOO_LARGE_CODES = frozenset({10334, 17419, 17420})
 
 Doc = dict[str, Any]
 
@@ -125,7 +132,9 @@ Doc = dict[str, Any]
 _DRIVER_ERRORS = (
     ErrorRule((PyMongoError,), BackendTimeoutError, when=lambda exc: bool(exc.timeout)),
     ErrorRule((ConnectionFailure, ProtocolError, ExecutionTimeout)),
-    ErrorRule((OperationFailure,), when=lambda exc: exc.code in _AUTH_CODES),
+    ErrorRule(
+        (OperationFailure,), BackendAuthenticationError, when=lambda exc: exc.code in _AUTH_CODES
+    ),
 )
 
 
@@ -144,15 +153,21 @@ class MongoSessionManager(SessionManager):
     driver_errors = _DRIVER_ERRORS
     driver_query_params: ClassVar[frozenset[str]] = _DRIVER_OPTIONS
     capabilities: Capabilities = Capabilities(
-        persistent=True, shared=True, ttl=True, namespaces=True, max_event_bytes=_MAX_EVENT_BYTES
+        persistent=True,
+        shared=True,
+        ttl=True,
+        namespaces=True,
+        max_event_bytes=_MAX_DOCUMENT_BYTES,
+        max_state_bytes=_MAX_DOCUMENT_BYTES,
     )
     db_system = "mongodb"
     default_port = 27017
 
     options: MongoOptions
 
-    def __init__(self, url: str, options: MongoOptions) -> None:
+    def __init__(self, url: str, options: ManagerOptions | None = None) -> None:
         super().__init__(url, options)
+        self.database_name = database_name(url)  # a malformed URL fails at connect()
         # An AsyncMongoClient refuses to be used from a loop other than its first:
         # one client (with its pool and monitors) per event loop.
         self._links = self.per_loop(self._new_link, _close_link)
@@ -175,8 +190,18 @@ class MongoSessionManager(SessionManager):
         return self._links.current().events
 
     def _translate(self, exc: BaseException) -> SessionError | None:
+        if isinstance(exc, DocumentTooLarge):
+            # pymongo's own check against the server's limit: never holds the payload.
+            return SessionSerializationError("document", f"{_TOO_LARGE} ({exc})")
         if isinstance(exc, InvalidDocument):
             return InvalidInputError(f"MongoDB refused a document: {exc}")
+        if isinstance(exc, BulkWriteError):
+            # Its str() holds the documents themselves: report codes and messages only.
+            errors = exc.details.get("writeErrors", [])
+            if any(error.get("code") in _TOO_LARGE_CODES for error in errors):
+                return SessionSerializationError("events", _TOO_LARGE)
+            reasons = "; ".join(str(error.get("errmsg", ""))[:200] for error in errors[:3])
+            return self._unavailable(RuntimeError(f"the server refused the write: {reasons}"))
         return super()._translate(exc)
 
     def _remember(self, session_id: str, info: SessionInfo) -> None:
@@ -217,8 +242,8 @@ class MongoSessionManager(SessionManager):
         try:
             # Reads go to the primary whatever the URL says: a save must see the latest
             # version, and a get must see the save that just returned.
-            database = client.get_default_database(
-                DEFAULT_DATABASE, read_preference=ReadPreference.PRIMARY
+            database = client.get_database(
+                self.database_name, read_preference=ReadPreference.PRIMARY
             )
             if not database.write_concern.acknowledged:
                 raise InvalidOptionError(

@@ -23,8 +23,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import asyncpg
 from agentsessions import (
+    BackendAuthenticationError,
     BackendTimeoutError,
     BackendUnavailableError,
+    DatabaseNotFoundError,
     SessionConflictError,
     SessionExistsError,
     SessionNotFoundError,
@@ -42,7 +44,7 @@ from agentsessions.backend import (
     decode_events,
 )
 
-from ._options import DRIVER_QUERY_PARAMS, PostgresOptions
+from ._options import DRIVER_QUERY_PARAMS, PostgresOptions, check_url
 from ._schema import (
     LATEST_VERSION,
     MIGRATIONS,
@@ -61,6 +63,11 @@ __all__ = ["PostgresSessionManager"]
 #: hence first.
 _DRIVER_ERRORS = (
     ErrorRule((asyncio.TimeoutError,), BackendTimeoutError),
+    ErrorRule(
+        (asyncpg.InvalidPasswordError, asyncpg.InvalidAuthorizationSpecificationError),
+        BackendAuthenticationError,
+    ),
+    ErrorRule((asyncpg.InvalidCatalogNameError,), DatabaseNotFoundError),
     ErrorRule(
         (
             asyncpg.PostgresError,
@@ -120,14 +127,13 @@ class PostgresSessionManager(SessionManager):
     db_system = "postgresql"
     default_port = 5432
 
+    options: PostgresOptions
+
     def __init__(self, url: str, options: ManagerOptions | None = None) -> None:
-        options = options if options is not None else PostgresOptions()
-        if not isinstance(options, PostgresOptions):
-            options = PostgresOptions.model_validate(options.model_dump(exclude_unset=True))
         super().__init__(url, options)
-        self._opts = options
-        self._ns = options.namespace
-        self._sql = statements(options.schema)
+        check_url(url)  # a malformed URL fails at connect(), not at first use
+        self._ns = self.options.namespace
+        self._sql = statements(self.options.schema)
         # asyncpg connections belong to the loop that opened them (using one from
         # another loop can crash the process), so each event loop gets its own pool.
         self._pools = self.per_loop(self._new_pool, self._close_pool, _drop_pool)
@@ -146,7 +152,7 @@ class PostgresSessionManager(SessionManager):
         return self._pools.current()
 
     async def _new_pool(self) -> asyncpg.Pool[Any]:
-        opts = self._opts
+        opts = self.options
         timeout = opts.timeout
         connect_timeout = min(opts.connect_timeout or timeout, timeout)
         # command_timeout is the backstop for statements asyncpg sends on its own; ours
@@ -196,7 +202,7 @@ class PostgresSessionManager(SessionManager):
         a transaction-scoped advisory lock serialises the processes starting at once:
         the first applies the migrations, the others wait, then find them applied.
         """
-        schema = self._opts.schema
+        schema = self.options.schema
         if await self._schema_version(connection) == LATEST_VERSION:
             return
         async with self._transaction(connection):
@@ -221,7 +227,7 @@ class PostgresSessionManager(SessionManager):
             self._migrations_applied(current, LATEST_VERSION)
 
     async def _schema_version(self, connection: _Connection) -> int | None:
-        table = f"{quote_ident(self._opts.schema)}.agentsessions_schema_version"
+        table = f"{quote_ident(self.options.schema)}.agentsessions_schema_version"
         if await connection.fetchval("SELECT to_regclass($1)::text", table) is None:
             return None
         current: int | None = await connection.fetchval(self._sql.current_version)
@@ -233,7 +239,7 @@ class PostgresSessionManager(SessionManager):
         if current > LATEST_VERSION:
             raise BackendUnavailableError(
                 self.url,
-                f"schema {self._opts.schema!r} is at version {current}, newer than the "
+                f"schema {self.options.schema!r} is at version {current}, newer than the "
                 f"{LATEST_VERSION} this agentsessions-postgres knows; upgrade it",
             )
 
@@ -390,7 +396,7 @@ class PostgresSessionManager(SessionManager):
         new_events = request.new_events
         truncate = request.truncates
         sql = save_statement(
-            self._opts.schema,
+            self.options.schema,
             truncate=truncate,
             insert=bool(new_events),
             upsert=truncate and bool(new_events),
@@ -454,7 +460,7 @@ class PostgresSessionManager(SessionManager):
         now: datetime,
     ) -> list[SessionSummary]:
         sql = list_statement(
-            self._opts.schema, by_user=user_id is not None, paged=after is not None
+            self.options.schema, by_user=user_id is not None, paged=after is not None
         )
         args: list[Any] = [self._ns, now, limit]
         if user_id is not None:

@@ -4,10 +4,17 @@ from __future__ import annotations
 
 import warnings
 
-from agentsessions.backend import ManagerOptions
+from agentsessions import InvalidOptionError
+from agentsessions.backend import (
+    MAX_POOL_SIZE,
+    ManagerOptions,
+    PoolSize,
+    Timeout,
+    parse_server_url,
+)
 from pydantic import Field, model_validator
 
-__all__ = ["DRIVER_QUERY_PARAMS", "PostgresOptions"]
+__all__ = ["DRIVER_QUERY_PARAMS", "PostgresOptions", "check_url"]
 
 #: libpq-style parameters asyncpg itself reads from the DSN; they stay in the URL so
 #: asyncpg parses them exactly as users know them from psql. ``application_name`` and
@@ -56,16 +63,17 @@ with warnings.catch_warnings():
             description="PostgreSQL schema holding the tables (created if missing); lower case "
             "so that it reads the same quoted or not in psql",
         )
-        min_pool_size: int = Field(default=1, ge=0, description="connections kept open")
-        max_pool_size: int = Field(default=10, ge=1, description="connections at most")
-        statement_timeout: float | None = Field(
+        min_pool_size: int = Field(
+            default=1, ge=0, le=MAX_POOL_SIZE, description="connections kept open"
+        )
+        max_pool_size: PoolSize = Field(default=10, description="connections at most")
+        statement_timeout: Timeout | None = Field(
             default=None,
-            gt=0,
             description="seconds a statement may run before it is cancelled "
             "(server-side; client-side with pgbouncer)",
         )
-        connect_timeout: float = Field(
-            default=10.0, gt=0, description="seconds to wait for a new connection"
+        connect_timeout: Timeout = Field(
+            default=10.0, description="seconds to wait for a new connection"
         )
         pgbouncer: bool = Field(
             default=False,
@@ -83,3 +91,13 @@ with warnings.catch_warnings():
             if self.schema.startswith("pg_"):
                 raise ValueError(f"schema {self.schema!r}: names starting with pg_ are reserved")
             return self
+
+
+def check_url(url: str) -> None:
+    """Parse every part of a postgres URL now, as `asyncpg` would at first use."""
+    parts = parse_server_url(url, multi_host=True)
+    for port in parts.query.get("port", "").split(","):
+        if port and not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+            raise InvalidOptionError("URL port (in the query): not a number from 1 to 65535")
+    if "\x00" in parts.path:
+        raise InvalidOptionError("URL path: the database name must not contain NUL")

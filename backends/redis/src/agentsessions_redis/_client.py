@@ -14,48 +14,50 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from agentsessions import InvalidOptionError
-from agentsessions.backend import mask_url
+from agentsessions.backend import parse_server_url
 from redis.asyncio import Redis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 
-__all__ = ["CLUSTER_SCHEMES", "SOCKET_SCHEMES", "make_client", "split_cluster_url"]
+__all__ = ["CLUSTER_SCHEMES", "SOCKET_SCHEMES", "check_url", "make_client", "split_cluster_url"]
 
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
 SOCKET_SCHEMES = ("redis+unix", "unix")
+_DEFAULT_PORT = 6379
 
 
-def _host_port(text: str, url: str) -> tuple[str, int]:
-    if text.startswith("["):  # [IPv6]:port
-        host, _, rest = text[1:].partition("]")
-        port_text = rest.removeprefix(":")
-    else:
-        host, _, port_text = text.rpartition(":")
-        if not host:
-            host, port_text = text, ""
-    try:
-        port = int(port_text) if port_text else 6379
-    except ValueError:
-        raise InvalidOptionError(f"bad port {port_text!r} in {mask_url(url)}") from None
-    if not host:
-        raise InvalidOptionError(f"empty host in {mask_url(url)}")
-    return host, port
+def _db_number(text: str, where: str) -> int:
+    if not (text.isascii() and text.isdigit()):
+        raise InvalidOptionError(f"option 'db' ({where}) must be a database number, not {text!r}")
+    return int(text)
+
+
+def check_url(url: str) -> int:
+    """Parse every part of *url* now (hosts, ports, database); the database number."""
+    scheme = url.partition("://")[0].lower()
+    parts = parse_server_url(url, multi_host=scheme in CLUSTER_SCHEMES)
+    db = 0
+    if parts.path and scheme not in SOCKET_SCHEMES:  # there it is the socket's path
+        db = _db_number(parts.path, "the URL's path")
+    if "db" in parts.query:
+        db = _db_number(parts.query["db"], "in the query")
+    if scheme in CLUSTER_SCHEMES:
+        if db != 0:
+            raise InvalidOptionError(f"option 'db': a Redis Cluster has only database 0, not {db}")
+        if not parts.hosts[0][0]:
+            raise InvalidOptionError("URL host: the Redis Cluster URL names no cluster node")
+    return db
 
 
 def split_cluster_url(url: str) -> tuple[str, list[tuple[str, int]]]:
     """A plain ``redis[s]://`` URL for the first node, and every node's address."""
+    parts = parse_server_url(url, multi_host=True)
+    nodes = [(host, port or _DEFAULT_PORT) for host, port in parts.hosts]
     scheme, _, rest = url.partition("://")
-    netloc, sep, tail = rest.partition("/")
-    if "?" in netloc:
-        netloc, _, query = netloc.partition("?")
-        tail = f"?{query}"
-        sep = ""
-    userinfo, at, hosts = netloc.rpartition("@")
-    nodes = [_host_port(part.strip(), url) for part in hosts.split(",") if part.strip()]
-    if not nodes:
-        raise InvalidOptionError(f"{mask_url(url)} names no cluster node")
-    first = hosts.split(",")[0].strip()
+    authority_end = min((rest.find(c) for c in "/?" if c in rest), default=len(rest))
+    authority, tail = rest[:authority_end], rest[authority_end:]
+    userinfo, at, hosts = authority.rpartition("@")
     plain = "rediss" if scheme.lower().startswith("rediss") else "redis"
-    return f"{plain}://{userinfo}{at}{first}{sep}{tail}", nodes
+    return f"{plain}://{userinfo}{at}{hosts.split(',')[0]}{tail}", nodes
 
 
 def make_client(url: str, settings: dict[str, Any]) -> Redis | RedisCluster:

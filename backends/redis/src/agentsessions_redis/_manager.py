@@ -18,12 +18,14 @@ from datetime import datetime
 from typing import Any, ClassVar, TypeVar
 
 from agentsessions import (
+    BackendAuthenticationError,
     BackendTimeoutError,
     InvalidOptionError,
     SessionConflictError,
     SessionExistsError,
     SessionNotFoundError,
     SessionSummary,
+    StorageFullError,
 )
 from agentsessions.backend import (
     Capabilities,
@@ -31,9 +33,11 @@ from agentsessions.backend import (
     EventRecord,
     LoadedSession,
     ManagerOptions,
+    PoolSize,
     SaveRequest,
     SessionManager,
     SessionRecord,
+    Timeout,
     decode_events,
     from_micros,
     scrub_secret,
@@ -48,7 +52,7 @@ from redis.backoff import ExponentialWithJitterBackoff
 from redis.commands.core import AsyncScript
 
 from . import _scripts
-from ._client import CLUSTER_SCHEMES, make_client, split_cluster_url
+from ._client import CLUSTER_SCHEMES, check_url, make_client
 from ._keys import KeyLayout, global_member, split_global_member
 
 __all__ = ["RedisOptions", "RedisSessionManager"]
@@ -58,7 +62,13 @@ E = TypeVar("E")
 
 # Errors that mean "the server could not be reached or cannot serve right now".
 _DRIVER_ERRORS = (
+    # At maxmemory a script's first write is refused, so nothing was written.
+    ErrorRule((redis_errors.OutOfMemoryError,), StorageFullError),
     ErrorRule((redis_errors.TimeoutError, asyncio.TimeoutError), BackendTimeoutError),
+    ErrorRule(
+        (redis_errors.AuthenticationError, redis_errors.AuthenticationWrongNumberOfArgsError),
+        BackendAuthenticationError,
+    ),
     ErrorRule(
         (
             redis_errors.ConnectionError,  # also AuthenticationError, BusyLoadingError, pool
@@ -82,18 +92,16 @@ _SCAN_BATCH = 500
 class RedisOptions(ManagerOptions):
     """Options of the Redis backend (query string or keyword arguments)."""
 
-    socket_timeout: float | None = Field(
+    socket_timeout: Timeout | None = Field(
         default=None,
-        gt=0,
         description="seconds to wait for one reply before giving up (default: the timeout)",
     )
-    connect_timeout: float | None = Field(
+    connect_timeout: Timeout | None = Field(
         default=None,
-        gt=0,
         description="seconds to wait for one connection (default: the timeout)",
     )
-    max_connections: int | None = Field(
-        default=None, ge=1, description="connection pool size (per node in a cluster)"
+    max_connections: PoolSize | None = Field(
+        default=None, description="connection pool size (per node in a cluster)"
     )
     retries: int = Field(
         default=3,
@@ -156,10 +164,10 @@ class RedisSessionManager(SessionManager):
     #: younger than this alone (they only filter them out). Microseconds.
     cluster_index_grace_us: int = 2_000_000
 
-    def __init__(self, url: str, options: ManagerOptions) -> None:
+    options: RedisOptions
+
+    def __init__(self, url: str, options: ManagerOptions | None = None) -> None:
         super().__init__(url, options)
-        assert isinstance(options, RedisOptions)
-        self._settings = options
         scheme = url.partition("://")[0].lower()
         if scheme == "unix":
             warnings.warn(
@@ -168,9 +176,8 @@ class RedisSessionManager(SessionManager):
                 stacklevel=4,
             )
         self.cluster = scheme in CLUSTER_SCHEMES
-        if self.cluster:
-            split_cluster_url(url)  # a malformed node list fails at connect(), not later
-        self.keys = KeyLayout(options.namespace)
+        self.db = check_url(url)  # a malformed URL fails at connect(), not at first use
+        self.keys = KeyLayout(self.options.namespace)
         # redis-py's connections belong to the loop that opened them: one client
         # (and its registered scripts) per event loop.
         self._links = self.per_loop(self._new_link, _close_link)
@@ -215,7 +222,7 @@ class RedisSessionManager(SessionManager):
         pass  # the clients are per loop: the base class closes them all
 
     async def _new_link(self) -> _Link:
-        o = self._settings
+        o = self.options
         # Retries (a dropped connection, a failover) happen inside the call's deadline,
         # which cuts them short; each wait alone is bounded by the timeout too.
         retry = Retry(ExponentialWithJitterBackoff(base=0.01, cap=0.5), o.retries)
@@ -237,6 +244,13 @@ class RedisSessionManager(SessionManager):
                 await client.initialize()
             else:
                 await client.ping()
+        except redis_errors.ResponseError as exc:
+            await client.aclose()
+            if "DB index is out of range" in str(exc):
+                raise InvalidOptionError(
+                    f"option 'db': {self.url} has no database {self.db}"
+                ) from None
+            raise self._unavailable(exc) from None
         except BaseException:
             await client.aclose()
             raise

@@ -371,12 +371,13 @@ class SQLiteSessionManager(SessionManager):
     """
 
     Options: ClassVar[type[ManagerOptions]] = SQLiteOptions
+    options: SQLiteOptions
     driver_errors = (ErrorRule((sqlite3.Error,)),)
     capabilities = Capabilities(persistent=True, shared=True)
     db_system = "sqlite"
 
     def __init__(self, url: str, options: ManagerOptions | None = None) -> None:
-        super().__init__(url, options if options is not None else SQLiteOptions())
+        super().__init__(url, options)
         self.path = database_path(url)
         if self.path == MEMORY:
             # The URL decides what this manager can do, so it is set per instance.
@@ -386,11 +387,6 @@ class SQLiteSessionManager(SessionManager):
         self._utf8 = True
 
     @property
-    def _options(self) -> SQLiteOptions:
-        assert isinstance(self.options, SQLiteOptions)
-        return self.options
-
-    @property
     def in_memory(self) -> bool:
         return self.path == MEMORY
 
@@ -398,13 +394,12 @@ class SQLiteSessionManager(SessionManager):
     def _busy_timeout(self) -> float:
         """How long a statement waits for another connection's lock: never past a call's
         deadline, and the call's own deadline cuts it shorter still (see `Link`)."""
-        options = self._options
-        return min(options.busy_timeout, options.timeout)
+        return min(self.options.busy_timeout, self.options.timeout)
 
     # -- lifecycle ----------------------------------------------------------------------
 
     async def _open(self) -> None:
-        options = self._options
+        options = self.options
         links: list[Link] = []
         busy = self._busy_timeout
         try:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from agentsessions.backend import ManagerOptions
+from agentsessions.backend import ManagerOptions, Timeout
 from pydantic import Field, field_validator
 
 __all__ = ["SQLiteOptions"]
@@ -19,10 +19,8 @@ class SQLiteOptions(ManagerOptions):
     support for concurrent writers in any journal mode.
     """
 
-    busy_timeout: float = Field(
+    busy_timeout: Timeout = Field(
         default=10.0,
-        gt=0,
-        le=3600,
         description=(
             "seconds a write waits for another connection or process to release the "
             "database before failing with BackendUnavailableError"

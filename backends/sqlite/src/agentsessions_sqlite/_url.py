@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from urllib.parse import unquote, urlsplit
 
-from agentsessions import InvalidInputError
+from agentsessions import InvalidOptionError
 
 __all__ = ["MEMORY", "database_path"]
 
@@ -22,22 +22,23 @@ def database_path(url: str) -> str:
     """
     parts = urlsplit(url)
     if parts.scheme.lower() != "sqlite":
-        raise InvalidInputError(f"not a sqlite URL: {parts.scheme}:// ({_FORMS})")
+        raise InvalidOptionError(f"not a sqlite URL: {parts.scheme}:// ({_FORMS})")
     if parts.netloc:
-        raise InvalidInputError(
-            f"a sqlite URL names a file, not a host ({parts.netloc!r} given); {_FORMS}"
+        raise InvalidOptionError(
+            f"URL host: a sqlite URL names a file, not a host (the part after '//' "
+            f"must be empty); {_FORMS}"
         )
     if parts.fragment:
-        raise InvalidInputError(f"a sqlite URL has no #fragment; {_FORMS}")
+        raise InvalidOptionError(f"a sqlite URL has no #fragment; {_FORMS}")
     # "sqlite:///x.db" splits into path "/x.db": the first slash only ends the
     # (empty) authority, so what follows it is the path as the user wrote it.
     path = unquote(parts.path[1:]) if parts.path.startswith("/") else ""
     if not path:
-        raise InvalidInputError(f"a sqlite URL needs a database path; {_FORMS}")
+        raise InvalidOptionError(f"a sqlite URL needs a database path; {_FORMS}")
     if path == MEMORY:
         return MEMORY
     if "\x00" in path:
-        raise InvalidInputError("the database path must not contain NUL characters")
+        raise InvalidOptionError("the database path must not contain NUL characters")
     if path.endswith("/"):
-        raise InvalidInputError(f"the database path {path!r} names a directory, not a file")
+        raise InvalidOptionError(f"the database path {path!r} names a directory, not a file")
     return os.path.abspath(path)

@@ -20,6 +20,7 @@ from ._tests_isolation import IsolationTests
 from ._tests_lifecycle import LifecycleTests
 from ._tests_listing import ListingTests
 from ._tests_loops import LoopTests
+from ._tests_misuse import MisuseFuzzTests, MisuseTests
 from ._tests_model import ModelTests
 from ._tests_restore import RestoreTests
 from ._tests_save import SaveTests
@@ -34,6 +35,8 @@ class SessionManagerTests(
     LoopTests,
     ModelTests,
     LifecycleTests,
+    MisuseTests,
+    MisuseFuzzTests,
     IdTests,
     InputTests,
     FidelityTests,

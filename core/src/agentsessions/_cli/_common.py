@@ -11,9 +11,11 @@ from typing import TypeVar
 from rich.console import Console
 
 from .._errors import (
+    BackendAuthenticationError,
     BackendConflictError,
     BackendPluginError,
     BackendUnavailableError,
+    DatabaseNotFoundError,
     InvalidInputError,
     SessionError,
     SessionNotFoundError,
@@ -21,7 +23,9 @@ from .._errors import (
 )
 
 __all__ = [
+    "EXIT_AUTHENTICATION",
     "EXIT_CODES_HELP",
+    "EXIT_NO_DATABASE",
     "EXIT_FAILED",
     "EXIT_INTERRUPTED",
     "EXIT_OK",
@@ -38,6 +42,8 @@ EXIT_OK = 0
 EXIT_FAILED = 1  # the command ran and found a problem: not found, mismatch, conflict
 EXIT_USAGE = 2  # bad arguments or input: unknown scheme, bad option, malformed file, ...
 EXIT_UNAVAILABLE = 3  # the backend's server could not be reached
+EXIT_AUTHENTICATION = 4  # the server refused the URL's credentials
+EXIT_NO_DATABASE = 5  # the server has no database of the URL's name
 EXIT_INTERRUPTED = 130
 
 EXIT_CODES_HELP = """exit codes:
@@ -46,6 +52,8 @@ EXIT_CODES_HELP = """exit codes:
   2    bad usage or input (unknown scheme, broken or conflicting backend plugin, bad
        option, malformed file line, a SQLite file to read that does not exist)
   3    the backend's server could not be reached
+  4    the server refused the credentials (user, password)
+  5    the database the URL names does not exist on the server
   130  interrupted"""
 
 # Colour and markup only on a terminal; piped output stays plain text.
@@ -82,6 +90,10 @@ def run(main: Callable[[], Awaitable[int]]) -> int:
         return fail("interrupted", EXIT_INTERRUPTED)
     except CommandError as exc:
         return fail(str(exc), exc.code)
+    except BackendAuthenticationError as exc:
+        return fail(f"authentication failed: {exc}", EXIT_AUTHENTICATION)
+    except DatabaseNotFoundError as exc:
+        return fail(f"no such database: {exc}", EXIT_NO_DATABASE)
     except BackendUnavailableError as exc:
         return fail(str(exc), EXIT_UNAVAILABLE)
     except (
