@@ -37,9 +37,7 @@ nox.options.sessions = [
     "faults",
     "dist",
     "docs",
-    # Not `lowest` for now: with the floors installed, a SQLite test
-    # (test_schema_is_created_and_versioned) hangs since the latest merges; the GitHub
-    # workflow still runs it. Put it back here once that is fixed.
+    "lowest",
 ]
 
 SUPPORTED_PYTHONS = ("3.10", "3.11", "3.12", "3.13", "3.14")
