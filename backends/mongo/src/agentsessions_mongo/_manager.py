@@ -376,7 +376,12 @@ class MongoSessionManager(SessionManager):
                 return
             await self._quietly(self._events.delete_many(mine))
             current = await self._sessions.find_one({"_id": session_id}, {"expires_at": 1})
-            if current is not None and not is_expired(current, now):
+            # Another restore's pending document took the id: that restore wins, as a
+            # live session would. Retrying would take it back and the two would keep
+            # undoing each other until both gave up.
+            if current is not None and (
+                not is_expired(current, now) or current.get("expires_at") == _PENDING
+            ):
                 raise SessionExistsError(session_id)
             # Deleted or purged while pending (it looked expired): write it again.
         raise self._unavailable(
