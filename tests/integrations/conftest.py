@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from agentsessions import SessionManager, connect, installed_backends
+from backend_params import BACKENDS, with_option
 
 SERVER_SCHEMES = {
     "postgres": "postgresql",
@@ -23,19 +24,6 @@ SERVER_SCHEMES = {
     "redis_cluster": "redis+cluster",
     "mongo": "mongodb",
 }
-
-BACKENDS = [
-    pytest.param("memory", id="memory"),
-    pytest.param("sqlite", id="sqlite"),
-    pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
-    pytest.param("redis", id="redis", marks=pytest.mark.redis),
-    pytest.param("redis_cluster", id="redis-cluster", marks=pytest.mark.redis),
-    pytest.param("mongo", id="mongo", marks=pytest.mark.mongo),
-]
-
-
-def _with_option(url: str, name: str, value: str) -> str:
-    return f"{url}{'&' if '?' in url else '?'}{name}={value}"
 
 
 async def drop_everything(manager: SessionManager) -> None:
@@ -62,7 +50,7 @@ def backend_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]
     scheme = SERVER_SCHEMES[kind]
     if scheme not in installed_backends():
         pytest.skip(f"the {kind} backend does not serve {scheme}:// yet")
-    url = _with_option(request.getfixturevalue(f"{kind}_url"), "namespace", namespace)
+    url = with_option(request.getfixturevalue(f"{kind}_url"), "namespace", namespace)
     yield url
 
     async def cleanup() -> None:

@@ -32,23 +32,11 @@ from agentsessions import (
 )
 from agentsessions import connect as connect_async
 from agentsessions.sync import SyncSessionManager, connect
+from backend_params import BACKENDS, with_option
 
 THREADS = 8
 UPDATES_PER_THREAD = 3
 TIMEOUT = 60.0
-
-BACKENDS = [
-    pytest.param("memory", id="memory"),
-    pytest.param("sqlite", id="sqlite"),
-    pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
-    pytest.param("redis", id="redis", marks=pytest.mark.redis),
-    pytest.param("redis_cluster", id="redis-cluster", marks=pytest.mark.redis),
-    pytest.param("mongo", id="mongo", marks=pytest.mark.mongo),
-]
-
-
-def _with_option(url: str, name: str, value: str) -> str:
-    return f"{url}{'&' if '?' in url else '?'}{name}={value}"
 
 
 @pytest.fixture(params=BACKENDS)
@@ -71,7 +59,7 @@ def _url_of(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
     found: str = request.getfixturevalue(f"{kind}_url")
     if found.partition("://")[0] not in installed_backends():
         pytest.fail(f"no backend serves {found.partition('://')[0]}://")
-    return _with_option(found, "namespace", namespace)
+    return with_option(found, "namespace", namespace)
 
 
 @pytest.fixture
