@@ -79,7 +79,17 @@ class Capabilities:
 
 @dataclass(frozen=True, slots=True)
 class SessionRecord:
-    """One session's row: everything but its events. ``state`` is JSON text."""
+    """One session's row: everything but its events. ``state`` is JSON text.
+
+    ``lineage`` names the stored history: the manager renews it whenever events are
+    removed or replaced (a truncating save) and when the session is created or
+    restored, and keeps it for a save that only appends. A backend stores what it is
+    given with every create, restore and save, and returns it with every load; while
+    it is unchanged, the events a copy holds are still the stored ones, so a retry may
+    fetch only the events after them (`SessionManager._load_since`). "" means unknown:
+    such a copy is always reloaded whole, so a backend that does not store it is
+    merely slower on conflicts, never wrong.
+    """
 
     session_id: str
     user_id: str | None
@@ -89,6 +99,7 @@ class SessionRecord:
     updated_at: datetime
     expires_at: datetime | None
     event_count: int
+    lineage: str = ""
 
     def summary(self) -> SessionSummary:
         """This record as `SessionManager.list_sessions` reports it."""
@@ -115,7 +126,8 @@ class LoadedSession:
     """What a backend returns from a load: the record and the events it read.
 
     ``events`` are the newest ``len(events)`` events in order, so the first one sits
-    at position ``record.event_count - len(events)``.
+    at position ``record.event_count - len(events)`` (from `SessionManager._load_since`:
+    either all of them or exactly those after the caller's copy).
     """
 
     record: SessionRecord

@@ -5,7 +5,7 @@ Two collections per namespace:
 ``sessions`` -- one document per session::
 
     {_id: session_id, user_id, state: "<JSON text>", version, created_at: <int us>,
-     updated_at: <int us>, expires_at: <date> | null, event_count,
+     updated_at: <int us>, expires_at: <date> | null, event_count, lineage,
      incarnation: <ObjectId>, segments: [[start_position, <gen ObjectId>], ...]}
 
 ``events`` -- one document per event (so a long conversation never nears MongoDB's
@@ -114,6 +114,7 @@ def session_doc(record: SessionRecord, incarnation: ObjectId, gen: ObjectId) -> 
         "updated_at": to_micros(record.updated_at),
         "expires_at": expiry_date(record.expires_at),
         "event_count": record.event_count,
+        "lineage": record.lineage,
         "incarnation": incarnation,
         "segments": [[0, gen]],
     }
@@ -129,6 +130,8 @@ def record_of(doc: dict[str, Any]) -> SessionRecord:
         updated_at=from_micros(doc["updated_at"]),
         expires_at=doc.get("expires_at"),
         event_count=doc["event_count"],
+        # Absent from documents written before it existed: "" (unknown) reads them whole.
+        lineage=doc.get("lineage", ""),
     )
 
 

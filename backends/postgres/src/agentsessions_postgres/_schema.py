@@ -105,6 +105,14 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
             ADD COLUMN IF NOT EXISTS save_tokens text[] NOT NULL DEFAULT '{}'
         """,
     ),
+    # The stored history's lineage (SessionRecord.lineage); '' for sessions written
+    # before it existed, which a conflict retry then reads whole. No table rewrite.
+    3: (
+        """
+        ALTER TABLE {s}.agentsessions_sessions
+            ADD COLUMN IF NOT EXISTS lineage text NOT NULL DEFAULT ''
+        """,
+    ),
 }
 LATEST_VERSION = max(MIGRATIONS)
 
@@ -143,18 +151,20 @@ class Statements:
     )
 
     # -- create --
-    # $1 ns, $2 id, $3 user, $4 state, $5 version, $6 created/updated, $7 expires
+    # $1 ns, $2 id, $3 user, $4 state, $5 version, $6 created/updated, $7 expires,
+    # $8 lineage
     insert_session: str = """
         INSERT INTO {s}.agentsessions_sessions (namespace, session_id, user_id, state,
-            version, event_count, created_at, updated_at, expires_at)
-        VALUES ($1, $2, $3, $4::json, $5, 0, $6, $6, $7)
+            version, event_count, created_at, updated_at, expires_at, lineage)
+        VALUES ($1, $2, $3, $4::json, $5, 0, $6, $6, $7, $8)
         ON CONFLICT (namespace, session_id) DO NOTHING
         RETURNING true
     """
     replace_expired: str = """
         UPDATE {s}.agentsessions_sessions
         SET user_id = $3, state = $4::json, version = $5, event_count = 0,
-            created_at = $6, updated_at = $6, expires_at = $7, save_tokens = '{}'
+            created_at = $6, updated_at = $6, expires_at = $7, save_tokens = '{}',
+            lineage = $8
         WHERE namespace = $1 AND session_id = $2 AND expires_at <= $6
         RETURNING true
     """
@@ -167,15 +177,16 @@ class Statements:
 
     # -- restore: the record exactly as given, then its events, in one transaction --
     # $1 ns, $2 id, $3 user, $4 state, $5 version, $6 event count, $7 created,
-    # $8 updated, $9 expires, $10 now
+    # $8 updated, $9 expires, $10 now, $11 lineage
     restore_session: str = """
         INSERT INTO {s}.agentsessions_sessions (namespace, session_id, user_id, state,
-            version, event_count, created_at, updated_at, expires_at)
-        VALUES ($1, $2, $3, $4::json, $5, $6, $7, $8, $9)
+            version, event_count, created_at, updated_at, expires_at, lineage)
+        VALUES ($1, $2, $3, $4::json, $5, $6, $7, $8, $9, $11)
         ON CONFLICT (namespace, session_id) DO UPDATE SET
             user_id = excluded.user_id, state = excluded.state, version = excluded.version,
             event_count = excluded.event_count, created_at = excluded.created_at,
-            updated_at = excluded.updated_at, expires_at = excluded.expires_at
+            updated_at = excluded.updated_at, expires_at = excluded.expires_at,
+            save_tokens = '{}', lineage = excluded.lineage
         WHERE {s}.agentsessions_sessions.expires_at <= $10
         RETURNING (xmax::text <> '0') AS replaced
     """
@@ -190,7 +201,7 @@ class Statements:
     # $1 ns, $2 id, $3 now [, $4 last_events]
     load_record: str = """
         SELECT user_id, state, version, event_count, created_at, updated_at, expires_at,
-               NULL::text[] AS events
+               NULL::text[] AS events, lineage
         FROM {s}.agentsessions_sessions
         WHERE namespace = $1 AND session_id = $2 AND (expires_at IS NULL OR expires_at > $3)
     """
@@ -198,7 +209,19 @@ class Statements:
         SELECT user_id, state, version, event_count, created_at, updated_at, expires_at,
                ARRAY(SELECT e.data::text FROM {s}.agentsessions_events e
                      WHERE e.namespace = $1 AND e.session_id = $2
-                     ORDER BY e.position) AS events
+                     ORDER BY e.position) AS events, lineage
+        FROM {s}.agentsessions_sessions
+        WHERE namespace = $1 AND session_id = $2 AND (expires_at IS NULL OR expires_at > $3)
+    """
+    # $4 the caller's event count, $5 its lineage: the events after them while the
+    # lineage is unchanged, else all of them (see SessionManager._load_since).
+    load_since: str = """
+        SELECT user_id, state, version, event_count, created_at, updated_at, expires_at,
+               ARRAY(SELECT e.data::text FROM {s}.agentsessions_events e
+                     WHERE e.namespace = $1 AND e.session_id = $2
+                       AND e.position >= CASE WHEN lineage = $5 AND event_count >= $4
+                                              THEN $4 ELSE 0 END
+                     ORDER BY e.position) AS events, lineage
         FROM {s}.agentsessions_sessions
         WHERE namespace = $1 AND session_id = $2 AND (expires_at IS NULL OR expires_at > $3)
     """
@@ -208,7 +231,7 @@ class Statements:
                      FROM (SELECT e.position, e.data FROM {s}.agentsessions_events e
                            WHERE e.namespace = $1 AND e.session_id = $2
                            ORDER BY e.position DESC LIMIT $4) w
-                     ORDER BY w.position) AS events
+                     ORDER BY w.position) AS events, lineage
         FROM {s}.agentsessions_sessions
         WHERE namespace = $1 AND session_id = $2 AND (expires_at IS NULL OR expires_at > $3)
     """
@@ -261,8 +284,8 @@ def save_statement(schema: str, *, truncate: bool, insert: bool, upsert: bool) -
 
     One statement is one implicit transaction and one round trip. Parameters: $1 ns,
     $2 id, $3 expected version, $4 now, $5 state, $6 new version, $7 expires_at,
-    $8 new event count, $9 the save's token [, $10 first new position, $11 new event
-    texts].
+    $8 new event count, $9 the save's token, $10 the lineage [, $11 first new
+    position, $12 new event texts].
 
     The update's version check is what makes a stale save fail: a concurrent save of
     the same session blocks on the row lock and then sees the new version. The event
@@ -291,7 +314,7 @@ def save_statement(schema: str, *, truncate: bool, insert: bool, upsert: bool) -
             UPDATE {s}.agentsessions_sessions
             SET state = $5::json, version = $6, updated_at = $4, expires_at = $7,
                 event_count = $8,
-                save_tokens = (ARRAY[$9::text] || save_tokens)[1:{kept}]
+                save_tokens = (ARRAY[$9::text] || save_tokens)[1:{kept}], lineage = $10
             WHERE namespace = $1 AND session_id = $2 AND version = $3
               AND (expires_at IS NULL OR expires_at > $4)
               AND NOT ($9::text = ANY(save_tokens))
@@ -315,8 +338,8 @@ def save_statement(schema: str, *, truncate: bool, insert: bool, upsert: bool) -
         parts.append(
             """, i AS (
             INSERT INTO {s}.agentsessions_events (namespace, session_id, position, data)
-            SELECT $1, $2, $10 + u.ord - 1, u.data::json
-            FROM s, unnest($11::text[]) WITH ORDINALITY AS u(data, ord)
+            SELECT $1, $2, $11 + u.ord - 1, u.data::json
+            FROM s, unnest($12::text[]) WITH ORDINALITY AS u(data, ord)
             {conflict}
         )""".replace("{conflict}", conflict)
         )

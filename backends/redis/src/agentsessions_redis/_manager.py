@@ -197,6 +197,10 @@ class RedisSessionManager(SessionManager):
         return self._links.current().load
 
     @property
+    def _load_since_script(self) -> AsyncScript:
+        return self._links.current().load_since
+
+    @property
     def _create_script(self) -> AsyncScript:
         return self._links.current().create
 
@@ -257,6 +261,7 @@ class RedisSessionManager(SessionManager):
         return _Link(
             client,
             load=client.register_script(_scripts.LOAD),
+            load_since=client.register_script(_scripts.LOAD_SINCE),
             create=client.register_script(_scripts.CREATE),
             save=client.register_script(_scripts.SAVE),
             delete=client.register_script(_scripts.DELETE),
@@ -297,6 +302,7 @@ class RedisSessionManager(SessionManager):
             record.version,
             to_micros(record.updated_at),
             record.event_count,
+            record.lineage,
         ]
         args.extend(event.data for event in events)
         if not self.cluster:
@@ -339,6 +345,20 @@ class RedisSessionManager(SessionManager):
         fields, texts = result
         return LoadedSession(_record(fields), decode_events(texts))
 
+    async def _load_since(
+        self, session_id: str, event_count: int, lineage: str, now: datetime
+    ) -> LoadedSession | None:
+        keys = self.keys.session(session_id)
+        result = await self._run(
+            self._load_since_script,
+            [keys.hash, keys.events],
+            [to_micros(now), event_count, lineage],
+        )
+        if result is None:
+            return None
+        fields, texts = result
+        return LoadedSession(_record(fields), decode_events(texts))
+
     async def _save(self, request: SaveRequest, now: datetime) -> None:
         record = request.record
         keys = self.keys.session(record.session_id)
@@ -354,6 +374,7 @@ class RedisSessionManager(SessionManager):
             "" if expires is None else to_micros(expires),
             "" if expires is None else _pexpireat(expires),
             record.event_count,
+            record.lineage,
         ]
         args.extend(event.data for event in request.new_events)
         result = await self._run(self._save_script, [keys.hash, keys.events], args)
@@ -613,6 +634,7 @@ class _Link:
 
     client: Redis | RedisCluster
     load: AsyncScript
+    load_since: AsyncScript
     create: AsyncScript
     save: AsyncScript
     delete: AsyncScript
@@ -634,7 +656,7 @@ def _scored(pairs: Any) -> list[tuple[bytes, int]]:
 
 
 def _record(fields: list[bytes | None]) -> SessionRecord:
-    session_id, user_id, state, version, created, updated, expires, count = fields
+    session_id, user_id, state, version, created, updated, expires, count, lineage = fields
     assert session_id is not None and state is not None
     return SessionRecord(
         session_id=session_id.decode(),
@@ -645,11 +667,12 @@ def _record(fields: list[bytes | None]) -> SessionRecord:
         updated_at=from_micros(int(updated)),  # type: ignore[arg-type]
         expires_at=None if expires is None else from_micros(int(expires)),
         event_count=int(count),  # type: ignore[arg-type]
+        lineage="" if lineage is None else lineage.decode(),
     )
 
 
 def _summary(fields: list[bytes | None]) -> SessionSummary:
-    session_id, user_id, _, version, created, updated, _, count = fields
+    session_id, user_id, _, version, created, updated, _, count, _ = fields
     assert session_id is not None
     return SessionSummary(
         session_id=session_id.decode(),

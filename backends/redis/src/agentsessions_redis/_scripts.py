@@ -16,15 +16,15 @@ from __future__ import annotations
 
 from agentsessions.backend import TOKENS_KEPT
 
-__all__ = ["CREATE", "DELETE", "LOAD", "SAVE", "MOVE_INDEX_ENTRY", "HASH_FIELDS"]
+__all__ = ["CREATE", "DELETE", "LOAD", "LOAD_SINCE", "SAVE", "MOVE_INDEX_ENTRY", "HASH_FIELDS"]
 
-#: The hash fields a load and a listing read, in this order.
-HASH_FIELDS = ("id", "u", "s", "v", "c", "m", "x", "n")
+#: The hash fields a load and a listing read, in this order (``l``: the lineage).
+HASH_FIELDS = ("id", "u", "s", "v", "c", "m", "x", "n", "l")
 
 # KEYS: hash, events. ARGV: now (us), how many newest events (-1: all).
 # Returns nil if absent or expired, else {HMGET of HASH_FIELDS, event texts}.
 LOAD = """
-local rec = redis.call('HMGET', KEYS[1], 'id', 'u', 's', 'v', 'c', 'm', 'x', 'n')
+local rec = redis.call('HMGET', KEYS[1], 'id', 'u', 's', 'v', 'c', 'm', 'x', 'n', 'l')
 if not rec[1] then return false end
 if rec[7] and tonumber(rec[7]) <= tonumber(ARGV[1]) then return false end
 local last = tonumber(ARGV[2])
@@ -39,9 +39,22 @@ end
 return {rec, events}
 """
 
+# KEYS: hash, events. ARGV: now (us), the caller's event count, its lineage.
+# Returns what LOAD returns: the events after the caller's while the lineage is
+# unchanged, else all of them (see SessionManager._load_since).
+LOAD_SINCE = """
+local rec = redis.call('HMGET', KEYS[1], 'id', 'u', 's', 'v', 'c', 'm', 'x', 'n', 'l')
+if not rec[1] then return false end
+if rec[7] and tonumber(rec[7]) <= tonumber(ARGV[1]) then return false end
+local start = 0
+if rec[9] == ARGV[3] and tonumber(rec[8]) >= tonumber(ARGV[2]) then start = tonumber(ARGV[2]) end
+return {rec, redis.call('LRANGE', KEYS[2], start, -1)}
+"""
+
 # KEYS: hash, events [, global index [, user index]] (indexes: standalone only).
 # ARGV: now, token, id, user ('' = none), state, created, expires (''), pexpireat (''),
-#       global index member, user index key, version, updated, event count, event texts...
+#       global index member, user index key, version, updated, event count, lineage,
+#       event texts...
 # A create passes version 1, updated = created and no events; a restore the session's own.
 # Returns {1} when created, {0, created_at of the live session} when the id is taken.
 CREATE = """
@@ -56,7 +69,7 @@ if cur[1] then
   end
 end
 local fields = {'id', ARGV[3], 's', ARGV[5], 'v', ARGV[11], 'c', ARGV[6], 'm', ARGV[12],
-                'n', ARGV[13], 't', ARGV[2]}
+                'n', ARGV[13], 't', ARGV[2], 'l', ARGV[14]}
 if ARGV[4] ~= '' then
   fields[#fields + 1] = 'u'; fields[#fields + 1] = ARGV[4]
   fields[#fields + 1] = 'uk'; fields[#fields + 1] = ARGV[10]
@@ -64,7 +77,7 @@ end
 if ARGV[7] ~= '' then
   fields[#fields + 1] = 'x'; fields[#fields + 1] = ARGV[7]
 end
-local first, last = 14, #ARGV
+local first, last = 15, #ARGV
 while first <= last do
   -- unpack() is bounded by the Lua C stack: push in slices.
   local stop = math.min(first + 999, last)
@@ -74,7 +87,7 @@ end
 redis.call('HSET', KEYS[1], unpack(fields))
 if ARGV[8] ~= '' then
   redis.call('PEXPIREAT', KEYS[1], ARGV[8])
-  if last >= 14 then redis.call('PEXPIREAT', KEYS[2], ARGV[8]) end
+  if last >= 15 then redis.call('PEXPIREAT', KEYS[2], ARGV[8]) end
 end
 if KEYS[3] then
   redis.call('ZADD', KEYS[3], ARGV[6], ARGV[9])
@@ -84,7 +97,7 @@ return {1}
 """
 
 # KEYS: hash, events. ARGV: now, expected version, token, keep, state, version,
-#       updated, expires (''), pexpireat (''), event count, new event texts...
+#       updated, expires (''), pexpireat (''), event count, lineage, new event texts...
 # Returns 1 saved (or saved before: the token is stored), 0 absent or expired, -1
 # version conflict (nothing written).
 SAVE = """
@@ -106,7 +119,7 @@ if keep < redis.call('LLEN', KEYS[2]) then
     redis.call('LTRIM', KEYS[2], 0, keep - 1)
   end
 end
-local first, last = 11, #ARGV
+local first, last = 12, #ARGV
 while first <= last do
   -- unpack() is bounded by the Lua C stack: push in slices.
   local stop = math.min(first + 999, last)
@@ -115,12 +128,12 @@ while first <= last do
 end
 if ARGV[8] ~= '' then
   redis.call('HSET', KEYS[1], 's', ARGV[5], 'v', ARGV[6], 'm', ARGV[7], 'n', ARGV[10],
-             't', tokens, 'x', ARGV[8])
+             't', tokens, 'l', ARGV[11], 'x', ARGV[8])
   redis.call('PEXPIREAT', KEYS[1], ARGV[9])
   redis.call('PEXPIREAT', KEYS[2], ARGV[9])
 else
   redis.call('HSET', KEYS[1], 's', ARGV[5], 'v', ARGV[6], 'm', ARGV[7], 'n', ARGV[10],
-             't', tokens)
+             't', tokens, 'l', ARGV[11])
   redis.call('HDEL', KEYS[1], 'x')
   redis.call('PERSIST', KEYS[1])
   redis.call('PERSIST', KEYS[2])

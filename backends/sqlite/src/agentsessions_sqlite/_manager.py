@@ -14,7 +14,7 @@ import sqlite3
 from datetime import datetime
 from functools import partial
 from operator import itemgetter
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from agentsessions import (
     BackendUnavailableError,
@@ -60,7 +60,7 @@ def _optional_micros(when: datetime | None) -> int | None:
 # session is invisible the instant it expires, whether or not it has been purged.
 
 _SELECT_SESSION = """
-SELECT user_id, state, version, created_at, updated_at, expires_at, event_count
+SELECT user_id, state, version, created_at, updated_at, expires_at, event_count, lineage
 FROM agentsessions_sessions
 WHERE namespace = ? AND session_id = ? AND (expires_at IS NULL OR expires_at > ?)
 """
@@ -78,6 +78,16 @@ SELECT data FROM agentsessions_events
 WHERE namespace = ? AND session_id = ? ORDER BY position
 """,
 }
+_SELECT_EVENTS_FROM = {
+    True: """
+SELECT CAST(data AS BLOB) FROM agentsessions_events
+WHERE namespace = ? AND session_id = ? AND position >= ? ORDER BY position
+""",
+    False: """
+SELECT data FROM agentsessions_events
+WHERE namespace = ? AND session_id = ? AND position >= ? ORDER BY position
+""",
+}
 _SELECT_LAST_EVENTS = {
     True: """
 SELECT CAST(data AS BLOB) FROM agentsessions_events
@@ -93,12 +103,13 @@ WHERE namespace = ? AND session_id = ? ORDER BY position DESC LIMIT ?
 _CREATE = """
 INSERT INTO agentsessions_sessions (
     namespace, session_id, user_id, state, version,
-    created_at, updated_at, expires_at, event_count
-) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+    created_at, updated_at, expires_at, event_count, lineage
+) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (namespace, session_id) DO UPDATE SET
     user_id = excluded.user_id, state = excluded.state, version = excluded.version,
     created_at = excluded.created_at, updated_at = excluded.updated_at,
-    expires_at = excluded.expires_at, event_count = excluded.event_count, save_tokens = ''
+    expires_at = excluded.expires_at, event_count = excluded.event_count, save_tokens = '',
+    lineage = excluded.lineage
 WHERE agentsessions_sessions.expires_at IS NOT NULL AND agentsessions_sessions.expires_at <= ?
 """
 _DELETE_EVENTS = "DELETE FROM agentsessions_events WHERE namespace = ? AND session_id = ?"
@@ -107,7 +118,7 @@ _DELETE_EVENTS = "DELETE FROM agentsessions_events WHERE namespace = ? AND sessi
 _UPDATE_SESSION = """
 UPDATE agentsessions_sessions
 SET state = ?, version = ?, updated_at = ?, expires_at = ?, event_count = ?,
-    save_tokens = substr(? || save_tokens, 1, ?)
+    save_tokens = substr(? || save_tokens, 1, ?), lineage = ?
 WHERE namespace = ? AND session_id = ? AND version = ?
   AND (expires_at IS NULL OR expires_at > ?)
 """
@@ -181,7 +192,6 @@ def _load(
     row = conn.execute(_SELECT_SESSION, (namespace, session_id, now)).fetchone()
     if row is None:
         return None
-    user_id, state, version, created, updated, expires, event_count = row
     if last_events is None:
         rows = conn.execute(_SELECT_ALL_EVENTS[utf8], (namespace, session_id)).fetchall()
     elif last_events:
@@ -191,7 +201,13 @@ def _load(
         rows.reverse()
     else:
         rows = []
-    record = SessionRecord(
+    # One batch decode of every event (pydantic-core); map() keeps the unpacking in C.
+    return LoadedSession(_record_of(session_id, row), decode_events(list(map(_first, rows))))
+
+
+def _record_of(session_id: str, row: Any) -> SessionRecord:
+    user_id, state, version, created, updated, expires, event_count, lineage = row
+    return SessionRecord(
         session_id=session_id,
         user_id=user_id,
         state=state,
@@ -200,8 +216,26 @@ def _load(
         updated_at=from_micros(updated),
         expires_at=None if expires is None else from_micros(expires),
         event_count=event_count,
+        lineage=lineage,
     )
-    # One batch decode of every event (pydantic-core); map() keeps the unpacking in C.
+
+
+def _load_since(
+    conn: sqlite3.Connection,
+    namespace: str,
+    session_id: str,
+    event_count: int,
+    lineage: str,
+    now: int,
+    utf8: bool,
+) -> LoadedSession | None:
+    # The caller runs this in one read transaction: the record and the events agree.
+    row = conn.execute(_SELECT_SESSION, (namespace, session_id, now)).fetchone()
+    if row is None:
+        return None
+    record = _record_of(session_id, row)
+    start = event_count if record.lineage == lineage and record.event_count >= event_count else 0
+    rows = conn.execute(_SELECT_EVENTS_FROM[utf8], (namespace, session_id, start)).fetchall()
     return LoadedSession(record, decode_events(list(map(_first, rows))))
 
 
@@ -218,6 +252,7 @@ def _create(conn: sqlite3.Connection, namespace: str, record: SessionRecord, now
             to_micros(record.updated_at),
             _optional_micros(record.expires_at),
             record.event_count,
+            record.lineage,
             now,
         ),
     )
@@ -260,6 +295,7 @@ def _save(conn: sqlite3.Connection, namespace: str, request: SaveRequest, now: i
             record.event_count,
             request.token,
             _TOKEN_CHARS,
+            record.lineage,
             namespace,
             session_id,
             request.expected_version,
@@ -491,6 +527,20 @@ class SQLiteSessionManager(SessionManager):
             self.options.namespace,
             session_id,
             last_events,
+            to_micros(now),
+            self._utf8,
+        )
+
+    async def _load_since(
+        self, session_id: str, event_count: int, lineage: str, now: datetime
+    ) -> LoadedSession | None:
+        _, reader = self._links()
+        return await reader.read(
+            _load_since,
+            self.options.namespace,
+            session_id,
+            event_count,
+            lineage,
             to_micros(now),
             self._utf8,
         )

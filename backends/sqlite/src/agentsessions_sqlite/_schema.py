@@ -77,6 +77,9 @@ MIGRATIONS: list[Sequence[str]] = [
     # Idempotent saves: the tokens of the session's latest saves, newest first, 32 hex
     # characters each (see SaveRequest).
     ("ALTER TABLE agentsessions_sessions ADD COLUMN save_tokens TEXT NOT NULL DEFAULT ''",),
+    # The stored history's lineage (SessionRecord.lineage); '' for sessions written
+    # before it existed, which a conflict retry then reads whole.
+    ("ALTER TABLE agentsessions_sessions ADD COLUMN lineage TEXT NOT NULL DEFAULT ''",),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
