@@ -69,3 +69,26 @@ async def test_load_since_reads_everything_after_a_rewrite(manager: SessionManag
     assert loaded is not None
     assert [event.content for event in loaded.events] == [0, 1, "again"]
     assert loaded.record.lineage not in ("", held.record.lineage)
+
+
+async def test_a_save_that_left_the_lineage_behind_makes_it_unknown(
+    manager: SessionManager,
+) -> None:
+    # An older release saves without writing the lineage. Redis and MongoDB would still
+    # run it (SQLite and PostgreSQL refuse it with their schema version), so there the
+    # lineage is tied to the version it was written with.
+    from agentsessions_mongo import MongoSessionManager
+    from agentsessions_redis import RedisSessionManager
+
+    session = await manager.create("s")
+    session.add_event("user", 0)
+    await manager.save(session)
+    if isinstance(manager, RedisSessionManager):
+        await manager.client.hset(manager.keys.session("s").hash, "v", 3)  # type: ignore[misc]
+    elif isinstance(manager, MongoSessionManager):
+        await manager._sessions.update_one({"_id": "s"}, {"$set": {"version": 3}})
+    else:
+        pytest.skip("the schema version keeps older releases out")
+    loaded = await manager._load("s", 0, manager.clock.now())
+    assert loaded is not None and loaded.record.version == 3
+    assert loaded.record.lineage == ""

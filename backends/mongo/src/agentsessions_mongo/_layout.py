@@ -48,6 +48,7 @@ __all__ = [
     "expiry_date",
     "info_of",
     "is_expired",
+    "lineage_of",
     "live_filter",
     "new_event_pairs",
     "range_filter",
@@ -55,6 +56,7 @@ __all__ = [
     "segment_ranges",
     "session_doc",
     "stale_events_filter",
+    "stored_lineage",
 ]
 
 Segment = tuple[int, ObjectId]
@@ -114,7 +116,7 @@ def session_doc(record: SessionRecord, incarnation: ObjectId, gen: ObjectId) -> 
         "updated_at": to_micros(record.updated_at),
         "expires_at": expiry_date(record.expires_at),
         "event_count": record.event_count,
-        "lineage": record.lineage,
+        "lineage": stored_lineage(record),
         "incarnation": incarnation,
         "segments": [[0, gen]],
     }
@@ -130,9 +132,24 @@ def record_of(doc: dict[str, Any]) -> SessionRecord:
         updated_at=from_micros(doc["updated_at"]),
         expires_at=doc.get("expires_at"),
         event_count=doc["event_count"],
-        # Absent from documents written before it existed: "" (unknown) reads them whole.
-        lineage=doc.get("lineage", ""),
+        lineage=lineage_of(doc),
     )
+
+
+def stored_lineage(record: SessionRecord) -> str:
+    """What ``lineage`` holds: "<lineage>:<version it was written with>".
+
+    A release that predates the lineage saves without touching the field; the version
+    then no longer matches and `lineage_of` reads it as unknown, so such a save can
+    never pass for an append.
+    """
+    return f"{record.lineage}:{record.version}"
+
+
+def lineage_of(doc: dict[str, Any]) -> str:
+    """The session's lineage, or "" (unknown: a retry reads it whole)."""
+    lineage, _, written_at = str(doc.get("lineage", "")).rpartition(":")
+    return lineage if written_at == str(doc["version"]) else ""
 
 
 def event_docs(

@@ -94,12 +94,14 @@ from ._layout import (
     expiry_date,
     info_of,
     is_expired,
+    lineage_of,
     live_filter,
     new_event_pairs,
     range_filter,
     record_of,
     session_doc,
     stale_events_filter,
+    stored_lineage,
 )
 from ._options import DEFAULT_DATABASE, MongoOptions, database_name
 
@@ -420,7 +422,7 @@ class MongoSessionManager(SessionManager):
             count = info.event_count
             if since is not None:
                 held, lineage = since
-                low = held if doc.get("lineage") == lineage and count >= held else 0
+                low = held if lineage_of(doc) == lineage and count >= held else 0
             else:
                 low = 0 if last_events is None else max(0, count - last_events)
             texts = await self._read_texts(session_id, info, low, count)
@@ -517,7 +519,7 @@ class MongoSessionManager(SessionManager):
             "updated_at": to_micros(record.updated_at),
             "expires_at": expiry_date(record.expires_at),
             "event_count": record.event_count,
-            "lineage": record.lineage,
+            "lineage": stored_lineage(record),
         }
         if segments != info.segments:
             update["segments"] = [list(segment) for segment in segments]

@@ -667,8 +667,16 @@ def _record(fields: list[bytes | None]) -> SessionRecord:
         updated_at=from_micros(int(updated)),  # type: ignore[arg-type]
         expires_at=None if expires is None else from_micros(int(expires)),
         event_count=int(count),  # type: ignore[arg-type]
-        lineage="" if lineage is None else lineage.decode(),
+        lineage=_lineage(lineage, version),
     )
+
+
+def _lineage(stored: bytes | None, version: bytes | None) -> str:
+    """The lineage in field ``l`` if the session's last save wrote it, else "" (unknown)."""
+    if stored is None or version is None:
+        return ""
+    lineage, _, written_at = stored.rpartition(b":")
+    return lineage.decode() if written_at == version else ""
 
 
 def _summary(fields: list[bytes | None]) -> SessionSummary:

@@ -18,8 +18,12 @@ from agentsessions.backend import TOKENS_KEPT
 
 __all__ = ["CREATE", "DELETE", "LOAD", "LOAD_SINCE", "SAVE", "MOVE_INDEX_ENTRY", "HASH_FIELDS"]
 
-#: The hash fields a load and a listing read, in this order (``l``: the lineage).
+#: The hash fields a load and a listing read, in this order.
 HASH_FIELDS = ("id", "u", "s", "v", "c", "m", "x", "n", "l")
+
+# ``l`` holds "<lineage>:<version it was written with>". A release that predates the
+# lineage saves without touching it; the version then no longer matches and the
+# lineage reads as unknown (""), so such a save can never pass for an append.
 
 # KEYS: hash, events. ARGV: now (us), how many newest events (-1: all).
 # Returns nil if absent or expired, else {HMGET of HASH_FIELDS, event texts}.
@@ -47,7 +51,9 @@ local rec = redis.call('HMGET', KEYS[1], 'id', 'u', 's', 'v', 'c', 'm', 'x', 'n'
 if not rec[1] then return false end
 if rec[7] and tonumber(rec[7]) <= tonumber(ARGV[1]) then return false end
 local start = 0
-if rec[9] == ARGV[3] and tonumber(rec[8]) >= tonumber(ARGV[2]) then start = tonumber(ARGV[2]) end
+if rec[9] == ARGV[3] .. ':' .. rec[4] and tonumber(rec[8]) >= tonumber(ARGV[2]) then
+  start = tonumber(ARGV[2])
+end
 return {rec, redis.call('LRANGE', KEYS[2], start, -1)}
 """
 
@@ -69,7 +75,7 @@ if cur[1] then
   end
 end
 local fields = {'id', ARGV[3], 's', ARGV[5], 'v', ARGV[11], 'c', ARGV[6], 'm', ARGV[12],
-                'n', ARGV[13], 't', ARGV[2], 'l', ARGV[14]}
+                'n', ARGV[13], 't', ARGV[2], 'l', ARGV[14] .. ':' .. ARGV[11]}
 if ARGV[4] ~= '' then
   fields[#fields + 1] = 'u'; fields[#fields + 1] = ARGV[4]
   fields[#fields + 1] = 'uk'; fields[#fields + 1] = ARGV[10]
@@ -128,12 +134,12 @@ while first <= last do
 end
 if ARGV[8] ~= '' then
   redis.call('HSET', KEYS[1], 's', ARGV[5], 'v', ARGV[6], 'm', ARGV[7], 'n', ARGV[10],
-             't', tokens, 'l', ARGV[11], 'x', ARGV[8])
+             't', tokens, 'l', ARGV[11] .. ':' .. ARGV[6], 'x', ARGV[8])
   redis.call('PEXPIREAT', KEYS[1], ARGV[9])
   redis.call('PEXPIREAT', KEYS[2], ARGV[9])
 else
   redis.call('HSET', KEYS[1], 's', ARGV[5], 'v', ARGV[6], 'm', ARGV[7], 'n', ARGV[10],
-             't', tokens, 'l', ARGV[11])
+             't', tokens, 'l', ARGV[11] .. ':' .. ARGV[6])
   redis.call('HDEL', KEYS[1], 'x')
   redis.call('PERSIST', KEYS[1])
   redis.call('PERSIST', KEYS[2])
