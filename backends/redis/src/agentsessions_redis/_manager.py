@@ -232,11 +232,15 @@ class RedisSessionManager(SessionManager):
         # which cuts them short; each wait alone is bounded by the timeout too.
         retry = Retry(ExponentialWithJitterBackoff(base=0.01, cap=0.5), o.retries)
         settings: dict[str, Any] = {
-            "socket_timeout": min(o.socket_timeout or o.timeout, o.timeout),
             "socket_connect_timeout": min(o.connect_timeout or o.timeout, o.timeout),
             "decode_responses": False,
             "retry": retry,
         }
+        if o.socket_timeout is not None and o.socket_timeout < o.timeout:
+            # Only when asked for: every call already runs under its deadline (which
+            # cancels it, and redis-py then drops the connection), while a socket
+            # timeout makes redis-py wrap each send in a task and each read in a timer.
+            settings["socket_timeout"] = o.socket_timeout
         if o.max_connections is not None:
             settings["max_connections"] = o.max_connections
         try:
