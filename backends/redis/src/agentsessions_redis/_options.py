@@ -24,6 +24,9 @@ DRIVER_QUERY_PARAMS = frozenset(
         "ssl_check_hostname",
         "ssl_min_version",
         "ssl_ciphers",
+        # The Sentinels' own credentials (redis+sentinel:// only), see _client.
+        "sentinel_username",
+        "sentinel_password",
     }
 )
 
