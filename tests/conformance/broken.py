@@ -957,8 +957,7 @@ class _SQLiteBroken(SQLiteSessionManager):
     """A SQLite backend whose hooks run one replaced statement function."""
 
     async def _write(self, fn: Any, *args: Any) -> Any:
-        writer, _ = self._links()
-        return await writer.write(fn, self.options.namespace, *args)
+        return await self._writer.write(fn, self.options.namespace, *args)
 
 
 def _delete_row_only(conn: sqlite3.Connection, ns: str, session_id: str, now: int) -> bool:

@@ -198,40 +198,45 @@ class Statements:
     """
 
     # -- load: one statement, so the record and its events come from one snapshot --
+    # The columns are SessionRecord's fields in order, then the events.
     # $1 ns, $2 id, $3 now [, $4 last_events]
     load_record: str = """
-        SELECT user_id, state, version, event_count, created_at, updated_at, expires_at,
-               NULL::text[] AS events, lineage
+        SELECT session_id, user_id, state, version, created_at, updated_at, expires_at,
+               event_count, lineage,
+               NULL::text[] AS events
         FROM {s}.agentsessions_sessions
         WHERE namespace = $1 AND session_id = $2 AND (expires_at IS NULL OR expires_at > $3)
     """
     load_all: str = """
-        SELECT user_id, state, version, event_count, created_at, updated_at, expires_at,
+        SELECT session_id, user_id, state, version, created_at, updated_at, expires_at,
+               event_count, lineage,
                ARRAY(SELECT e.data::text FROM {s}.agentsessions_events e
                      WHERE e.namespace = $1 AND e.session_id = $2
-                     ORDER BY e.position) AS events, lineage
+                     ORDER BY e.position) AS events
         FROM {s}.agentsessions_sessions
         WHERE namespace = $1 AND session_id = $2 AND (expires_at IS NULL OR expires_at > $3)
     """
     # $4 the caller's event count, $5 its lineage: the events after them while the
     # lineage is unchanged, else all of them (see SessionManager._load_since).
     load_since: str = """
-        SELECT user_id, state, version, event_count, created_at, updated_at, expires_at,
+        SELECT session_id, user_id, state, version, created_at, updated_at, expires_at,
+               event_count, lineage,
                ARRAY(SELECT e.data::text FROM {s}.agentsessions_events e
                      WHERE e.namespace = $1 AND e.session_id = $2
                        AND e.position >= CASE WHEN lineage = $5 AND event_count >= $4
                                               THEN $4 ELSE 0 END
-                     ORDER BY e.position) AS events, lineage
+                     ORDER BY e.position) AS events
         FROM {s}.agentsessions_sessions
         WHERE namespace = $1 AND session_id = $2 AND (expires_at IS NULL OR expires_at > $3)
     """
     load_last: str = """
-        SELECT user_id, state, version, event_count, created_at, updated_at, expires_at,
+        SELECT session_id, user_id, state, version, created_at, updated_at, expires_at,
+               event_count, lineage,
                ARRAY(SELECT w.data::text
                      FROM (SELECT e.position, e.data FROM {s}.agentsessions_events e
                            WHERE e.namespace = $1 AND e.session_id = $2
                            ORDER BY e.position DESC LIMIT $4) w
-                     ORDER BY w.position) AS events, lineage
+                     ORDER BY w.position) AS events
         FROM {s}.agentsessions_sessions
         WHERE namespace = $1 AND session_id = $2 AND (expires_at IS NULL OR expires_at > $3)
     """
