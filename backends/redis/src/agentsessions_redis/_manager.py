@@ -20,6 +20,7 @@ from typing import Any, ClassVar, TypeVar
 from agentsessions import (
     BackendAuthenticationError,
     BackendTimeoutError,
+    BackendUnavailableError,
     InvalidOptionError,
     SessionConflictError,
     SessionExistsError,
@@ -111,6 +112,18 @@ class RedisOptions(ManagerOptions):
         description="reconnect-and-resend attempts after a dropped connection, all within "
         "the call's timeout",
     )
+    wait_replicas: int = Field(
+        default=0,
+        ge=0,
+        le=100,
+        description="replicas that must acknowledge every write (Redis WAIT) before it "
+        "returns; fewer within wait_timeout raise BackendUnavailableError (not in a cluster)",
+    )
+    wait_timeout: Timeout = Field(
+        default=1.0,
+        description="seconds a write waits for wait_replicas acknowledgements (at most "
+        "what is left of the call's timeout)",
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +194,10 @@ class RedisSessionManager(SessionManager):
                 stacklevel=4,
             )
         self.cluster = scheme in CLUSTER_SCHEMES
+        if self.cluster and self.options.wait_replicas:
+            # WAIT counts the replicas of the node the connection talks to, and a write
+            # here may span several nodes: not supported rather than half-true.
+            raise InvalidOptionError("option 'wait_replicas' is not supported in a Redis Cluster")
         self.db = check_url(url)  # a malformed URL fails at connect(), not at first use
         self.keys = KeyLayout(self.options.namespace)
         # redis-py's connections belong to the loop that opened them: one client
@@ -219,6 +236,41 @@ class RedisSessionManager(SessionManager):
 
     async def _run(self, script: AsyncScript, keys: Sequence[str], args: list[Any]) -> Any:
         return await script(keys=keys, args=args)
+
+    async def _write(
+        self,
+        script: AsyncScript,
+        keys: Sequence[str],
+        args: list[Any],
+        wrote: Callable[[Any], bool],
+    ) -> Any:
+        """Run a script that writes a session; with ``wait_replicas``, then WAIT for them.
+
+        WAIT counts acknowledgements of the writes made on its own connection, so it is
+        pipelined with the script: one connection, one round trip. *wrote(result)* says
+        whether the script wrote anything; one that refused (a conflict, say) raises
+        its own error whatever the replicas did.
+        """
+        wanted = self.options.wait_replicas
+        if not wanted:
+            return await self._run(script, keys, args)
+        waited = self._remaining(self.options.wait_timeout)
+        # Never 0, which would mean "wait forever".
+        milliseconds = max(1, int(waited * 1000))
+        client = self.client
+        assert isinstance(client, Redis)  # never a cluster: see __init__
+        async with client.pipeline(transaction=False) as pipe:
+            await script(keys=keys, args=args, client=pipe)
+            pipe.execute_command("WAIT", wanted, milliseconds)
+            result, acknowledged = await pipe.execute()
+        if wrote(result) and int(acknowledged) < wanted:
+            raise BackendUnavailableError(
+                self.url,
+                f"the write reached the primary, but only {acknowledged} of {wanted} "
+                f"replicas (wait_replicas) acknowledged it within {waited:.3g} s: it may be "
+                "lost if the primary fails now",
+            )
+        return result
 
     async def _open(self) -> None:
         await self._links.get()
@@ -311,7 +363,9 @@ class RedisSessionManager(SessionManager):
         if not self.cluster:
             index_keys = [self.keys.index] + ([user_index] if user_index else [])
             script_keys = [keys.hash, keys.events, *index_keys]
-            result = await self._run(self._create_script, script_keys, args)
+            result = await self._write(
+                self._create_script, script_keys, args, lambda r: bool(r[0] == 1)
+            )
             if result[0] != 1:
                 raise SessionExistsError(session_id)
             return
@@ -365,7 +419,9 @@ class RedisSessionManager(SessionManager):
             record.event_count,
         ]
         args.extend(event.data for event in request.new_events)
-        result = await self._run(self._save_script, [keys.hash, keys.events], args)
+        result = await self._write(
+            self._save_script, [keys.hash, keys.events], args, lambda r: bool(r == 1)
+        )
         if result == 1:
             return
         if result == 0:
@@ -388,7 +444,12 @@ class RedisSessionManager(SessionManager):
         script_keys = [keys.hash, keys.events]
         if not self.cluster:
             script_keys.append(self.keys.index)
-        result = await self._run(self._delete_script, script_keys, [now_us, mode, user_id or ""])
+        result = await self._write(
+            self._delete_script,
+            script_keys,
+            [now_us, mode, user_id or ""],
+            lambda r: int(r[0]) in (0, 1),
+        )
         verdict = int(result[0])
         if self.cluster and verdict in (0, 1):
             owner = result[1]

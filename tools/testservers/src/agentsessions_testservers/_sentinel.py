@@ -13,6 +13,7 @@ when the first is not installed (Debian ships it in a separate package).
 from __future__ import annotations
 
 import shutil
+import time
 from pathlib import Path
 
 from ._process import (
@@ -20,6 +21,7 @@ from ._process import (
     ManagedServer,
     Process,
     ProcessServer,
+    ServerUnavailable,
     free_port,
     make_workdir,
     start_with_port_retry,
@@ -110,6 +112,19 @@ class RedisSentinelServer(ProcessServer):
             if process.port == port:
                 return process
         raise KeyError(port)
+
+    def restart_as_replica(self, port: int, timeout: float = 30.0) -> None:
+        """Start the data node on *port* again (after a kill) as a replica of the current
+        primary, as a supervisor that asks the Sentinels first would; the Sentinels
+        would convert it too, but only after it has claimed to be a primary for a while.
+        """
+        primary = self.primary_port()
+        if primary is None or primary == port:
+            raise ServerUnavailable(f"no other primary to replicate for the node on {port}")
+        process = self.node(port)
+        process.spawn()
+        process.wait_ready(time.monotonic() + timeout)
+        redis_command(port, "REPLICAOF", LOOPBACK, str(primary))
 
     def _start(self, deadline: float) -> None:
         for process in self.data_nodes:
