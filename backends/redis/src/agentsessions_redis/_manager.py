@@ -49,7 +49,7 @@ from redis import exceptions as redis_errors
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
-from redis.asyncio.sentinel import SentinelConnectionPool
+from redis.asyncio.sentinel import MasterNotFoundError, SentinelConnectionPool
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.commands.core import AsyncScript
 
@@ -62,6 +62,14 @@ __all__ = ["RedisOptions", "RedisSessionManager"]
 T = TypeVar("T")
 E = TypeVar("E")
 
+
+def _sentinels_refused(exc: BaseException) -> bool:
+    text = str(exc)
+    return "AuthenticationError" in text and not any(
+        other in text for other in ("ConnectionError", "TimeoutError")
+    )
+
+
 # Errors that mean "the server could not be reached or cannot serve right now".
 _DRIVER_ERRORS = (
     # At maxmemory a script's first write is refused, so nothing was written.
@@ -71,6 +79,8 @@ _DRIVER_ERRORS = (
         (redis_errors.AuthenticationError, redis_errors.AuthenticationWrongNumberOfArgsError),
         BackendAuthenticationError,
     ),
+    # Every Sentinel refused its password (each one's error is in the message).
+    ErrorRule((MasterNotFoundError,), BackendAuthenticationError, when=_sentinels_refused),
     ErrorRule(
         (
             redis_errors.ConnectionError,  # also AuthenticationError, BusyLoadingError, pool
