@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from agentsessions import (
     BackendAuthenticationError,
+    BackendTimeoutError,
     BackendUnavailableError,
     InvalidOptionError,
     SessionConflictError,
@@ -18,7 +19,12 @@ from agentsessions import (
     connect,
 )
 from agentsessions_redis import RedisSessionManager
-from agentsessions_testservers import RedisSentinelServer, ServerUnavailable, start_redis_sentinel
+from agentsessions_testservers import (
+    RedisSentinelServer,
+    ServerUnavailable,
+    redis_command,
+    start_redis_sentinel,
+)
 from conftest import REQUIRE_SERVERS
 from redis.asyncio import Redis
 from redis.asyncio.sentinel import SentinelConnectionPool
@@ -159,3 +165,34 @@ async def test_wait_replicas_raises_when_too_few_replicas_acknowledge(
             await too_many.save(stale)
     finally:
         await too_many.close()
+
+
+async def test_min_replicas_to_write_refusals_are_unavailability_and_write_nothing(
+    guarded: RedisSentinelServer,
+) -> None:
+    primary = guarded.primary_port()
+    assert primary is not None
+    manager = connect(guarded.url, namespace="norepl", timeout=2)
+
+    def require(replicas: int) -> None:
+        redis_command(
+            primary, "CONFIG", "SET", "min-replicas-to-write", str(replicas), password=_PRIMARY_PW
+        )
+
+    try:
+        await manager.create("s")
+        require(2)  # the deployment has one replica
+        try:
+            with pytest.raises(BackendUnavailableError, match="NOREPLICAS"):
+                await manager.create("refused")
+            # update() re-sends a save without a definite answer until its deadline.
+            with pytest.raises(BackendTimeoutError):
+                await manager.update("s", lambda s: s.add_event("user", "refused"))
+        finally:
+            require(0)
+        assert await manager.get("refused") is None
+        stored = await manager.get("s")
+        assert stored is not None and stored.events == [] and stored.version == 1
+        await manager.delete("s")
+    finally:
+        await manager.close()

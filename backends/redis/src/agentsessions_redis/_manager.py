@@ -74,6 +74,8 @@ def _sentinels_refused(exc: BaseException) -> bool:
 _DRIVER_ERRORS = (
     # At maxmemory a script's first write is refused, so nothing was written.
     ErrorRule((redis_errors.OutOfMemoryError,), StorageFullError),
+    # min-replicas-to-write refuses a script's first write the same way: nothing written.
+    ErrorRule((redis_errors.ResponseError,), when=lambda exc: str(exc).startswith("NOREPLICAS")),
     ErrorRule((redis_errors.TimeoutError, asyncio.TimeoutError), BackendTimeoutError),
     ErrorRule(
         (redis_errors.AuthenticationError, redis_errors.AuthenticationWrongNumberOfArgsError),
