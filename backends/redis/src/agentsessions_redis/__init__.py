@@ -1,7 +1,8 @@
 """Redis and Redis Cluster backend for agentsessions.
 
 Use it through ``agentsessions.connect("redis://host:6379/0")`` (or ``rediss://``,
-``redis+unix://``, ``redis+cluster://host:port,host:port``). The manager class is exported
+``redis+unix://``, ``redis+cluster://host:port,host:port``,
+``redis+sentinel://host:26379,host:26379/mymaster/0``). The manager class is exported
 lazily so that importing this package (which the entry point does) never imports
 redis-py.
 """

@@ -48,6 +48,7 @@ from redis import exceptions as redis_errors
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
+from redis.asyncio.sentinel import SentinelConnectionPool
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.commands.core import AsyncScript
 
@@ -132,8 +133,9 @@ class _Fix:
 
 
 class RedisSessionManager(SessionManager):
-    """Sessions in Redis (``redis://``, ``rediss://``, ``redis+unix://``) or a Redis Cluster
-    (``redis+cluster://host:port,host:port``), through redis.asyncio."""
+    """Sessions in Redis (``redis://``, ``rediss://``, ``redis+unix://``), a Redis Cluster
+    (``redis+cluster://host:port,host:port``) or a primary found by Redis Sentinel
+    (``redis+sentinel://host:26379,host:26379/service/db``), through redis.asyncio."""
 
     Options: ClassVar[type[ManagerOptions]] = RedisOptions
     driver_errors = _DRIVER_ERRORS
@@ -153,6 +155,9 @@ class RedisSessionManager(SessionManager):
             "ssl_check_hostname",
             "ssl_min_version",
             "ssl_ciphers",
+            # The Sentinels' own credentials (redis+sentinel:// only), see _client.
+            "sentinel_username",
+            "sentinel_password",
         }
     )
     capabilities = Capabilities(persistent=True, shared=True, ttl=True, namespaces=True)
@@ -227,11 +232,15 @@ class RedisSessionManager(SessionManager):
         # which cuts them short; each wait alone is bounded by the timeout too.
         retry = Retry(ExponentialWithJitterBackoff(base=0.01, cap=0.5), o.retries)
         settings: dict[str, Any] = {
-            "socket_timeout": min(o.socket_timeout or o.timeout, o.timeout),
             "socket_connect_timeout": min(o.connect_timeout or o.timeout, o.timeout),
             "decode_responses": False,
             "retry": retry,
         }
+        if o.socket_timeout is not None and o.socket_timeout < o.timeout:
+            # Only when asked for: every call already runs under its deadline (which
+            # cancels it, and redis-py then drops the connection), while a socket
+            # timeout makes redis-py wrap each send in a task and each read in a timer.
+            settings["socket_timeout"] = o.socket_timeout
         if o.max_connections is not None:
             settings["max_connections"] = o.max_connections
         try:
@@ -621,6 +630,11 @@ class _Link:
 
 async def _close_link(link: _Link) -> None:
     await link.client.aclose()
+    pool = getattr(link.client, "connection_pool", None)  # a cluster has one per node
+    if isinstance(pool, SentinelConnectionPool):
+        # The Sentinels' clients are not the primary's: closing that one leaves them open.
+        for sentinel in pool.sentinel_manager.sentinels:
+            await sentinel.aclose()
 
 
 def _pexpireat(expires: datetime) -> int:
