@@ -61,6 +61,7 @@ from ._records import (
     decode_record,
     decode_summary,
     encode_cursor,
+    encode_record,
     from_micros,
     to_micros,
 )
@@ -101,6 +102,7 @@ __all__ = [
     "decode_record",
     "decode_summary",
     "encode_cursor",
+    "encode_record",
     "from_micros",
     "hookimpl",
     "hookspec",
