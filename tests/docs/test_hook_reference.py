@@ -17,7 +17,7 @@ ABSTRACT = sorted(
     and not name.startswith("__")
     and getattr(value, "__isabstractmethod__", False)
 )
-HOOKS = [*ABSTRACT, "_purge_expired"]
+HOOKS = [*ABSTRACT, "_purge_expired", "_compact", "_archived"]
 
 
 def test_the_hooks_are_found() -> None:

@@ -51,6 +51,7 @@ from ._manager import (
 from ._records import (
     TOKENS_KEPT,
     Capabilities,
+    CompactRequest,
     EventRecord,
     LoadedSession,
     SaveRequest,
@@ -79,6 +80,7 @@ __all__ = [
     "PERCENT_ENCODING_HINT",
     "BackendSpec",
     "Capabilities",
+    "CompactRequest",
     "ErrorRule",
     "EventRecord",
     "LoadedSession",
