@@ -43,6 +43,4 @@ class TestPostgresConformance(SessionManagerTests):
                 f"SELECT count(*) FROM {schema}.agentsessions_archive {where}", *key
             )
         base = first or 0
-        return Inventory(
-            records=records, events=[row[0] - base for row in rows], archived=archived
-        )
+        return Inventory(records=records, events=[row[0] - base for row in rows], archived=archived)
