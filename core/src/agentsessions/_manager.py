@@ -64,6 +64,7 @@ __all__ = [
     "MAX_TIMEOUT",
     "MAX_TTL",
     "ManagerOptions",
+    "SchemaTooNewError",
     "PoolSize",
     "Restorable",
     "SessionManager",
@@ -132,6 +133,20 @@ MAX_TTL = 100 * 365 * 24 * 3600
 MAX_TIMEOUT = 24 * 3600
 #: The largest connection pool option.
 MAX_POOL_SIZE = 10_000
+
+
+class SchemaTooNewError(Exception):
+    """Raised by a backend's migration: the store holds a schema from a newer release.
+
+    The base class turns it into a `BackendUnavailableError` telling the user to upgrade
+    the backend's distribution (older code could corrupt such a store). *where* names
+    the store ("the database", "schema 'app'").
+    """
+
+    def __init__(self, found: int, known: int, where: str = "the database") -> None:
+        super().__init__(found, known, where)
+        self.found, self.known, self.where = found, known, where
+
 
 #: A timeout option: finite seconds, more than 0, at most `MAX_TIMEOUT`.
 Timeout = Annotated[float, Field(gt=0, le=MAX_TIMEOUT, allow_inf_nan=False)]
@@ -299,18 +314,19 @@ class SessionManager(abc.ABC):
 
         *open* makes the running loop's resource on its first call in that loop, *close*
         releases it in that loop when the loop shuts down or the manager closes, *drop*
-        abandons one whose loop can no longer run (see `PerLoop`). *prepare* runs on the
-        first resource opened, until it succeeds once (create or migrate the schema,
-        build indexes); a resource whose *prepare* fails is dropped (closed without
-        *drop*). The manager opens the running loop's resource before any hook runs, so
-        hooks may use ``resources.current()``, and such a backend needs no `_open` or
-        `_close` of its own.
+        abandons one whose loop can no longer run or whose *close* outlasts half the
+        ``timeout`` option (so that a silent server never holds up closing; see
+        `PerLoop`). *prepare* runs on the first resource opened, until it succeeds once
+        (create or migrate the schema, build indexes); a resource whose *prepare* fails
+        is dropped (closed without *drop*). The manager opens the running loop's
+        resource before any hook runs, so hooks may use ``resources.current()``, and
+        such a backend needs no `_open` or `_close` of its own.
         """
         if self._per_loop is not None:
             raise RuntimeError("a manager keeps one set of per-loop resources")
         if prepare is not None:
             open = self._prepared(open, prepare, close, drop)
-        self._per_loop = PerLoop(open, close, drop)
+        self._per_loop = PerLoop(open, close, drop, close_timeout=self.options.timeout / 2)
         return self._per_loop
 
     @staticmethod
@@ -842,6 +858,14 @@ class SessionManager(abc.ABC):
         """The error *exc* stands for under `driver_errors`; None if it is not a driver's.
 
         A backend may extend it for driver errors that are not about availability."""
+        if isinstance(exc, SchemaTooNewError):
+            dist = type(self).__module__.partition(".")[0].replace("_", "-")
+            return BackendUnavailableError(
+                self.url,
+                f"{exc.where} has agentsessions schema version {exc.found}, newer than the "
+                f"{exc.known} this {dist} understands; upgrade {dist} (opening it with older "
+                "code could corrupt it)",
+            )
         for rule in self.driver_errors:
             if rule.matches(exc):
                 return self._unavailable(exc, rule.kind)

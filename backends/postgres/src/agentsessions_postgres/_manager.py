@@ -25,7 +25,6 @@ import asyncpg
 from agentsessions import (
     BackendAuthenticationError,
     BackendTimeoutError,
-    BackendUnavailableError,
     DatabaseNotFoundError,
     SessionConflictError,
     SessionExistsError,
@@ -47,10 +46,8 @@ from agentsessions.backend import (
 from ._options import DRIVER_QUERY_PARAMS, PostgresOptions, check_url
 from ._schema import (
     LATEST_VERSION,
-    MIGRATIONS,
     list_statement,
-    migration_lock_key,
-    quote_ident,
+    migrate,
     save_statement,
     statements,
 )
@@ -137,7 +134,7 @@ class PostgresSessionManager(SessionManager):
         # asyncpg connections belong to the loop that opened them (using one from
         # another loop can crash the process), so each event loop gets its own pool.
         self._pools = self.per_loop(
-            self._new_pool, self._close_pool, asyncpg.Pool.terminate, prepare=self._prepare
+            self._new_pool, asyncpg.Pool.close, asyncpg.Pool.terminate, prepare=self._prepare
         )
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -177,62 +174,9 @@ class PostgresSessionManager(SessionManager):
 
     async def _prepare(self, pool: asyncpg.Pool[Any]) -> None:
         async with self._connection(pool) as connection:
-            await self._migrate(connection)
-
-    async def _close_pool(self, pool: asyncpg.Pool[Any]) -> None:
-        try:
-            # Half the deadline for a polite goodbye; a frozen server gets none.
-            await asyncio.wait_for(pool.close(), self._remaining() / 2)
-        except (Exception, asyncio.CancelledError):
-            pool.terminate()  # the server is gone or silent: just drop the sockets
-
-    async def _migrate(self, connection: _Connection) -> None:
-        """Bring the schema to `LATEST_VERSION`, exactly once across racing processes.
-
-        The common case (already migrated) costs two reads and takes no lock. Otherwise
-        a transaction-scoped advisory lock serialises the processes starting at once:
-        the first applies the migrations, the others wait, then find them applied.
-        """
-        schema = self.options.schema
-        if await self._schema_version(connection) == LATEST_VERSION:
-            return
-        async with self._transaction(connection):
-            await connection.execute("SELECT pg_advisory_xact_lock($1)", migration_lock_key(schema))
-            has_schema = await connection.fetchval(
-                "SELECT EXISTS (SELECT FROM pg_namespace WHERE nspname = $1)", schema
-            )
-            if not has_schema:
-                # Only when missing: CREATE SCHEMA needs the CREATE privilege on the
-                # database even with IF NOT EXISTS, which an application role may lack.
-                await connection.execute(f"CREATE SCHEMA IF NOT EXISTS {quote_ident(schema)}")
-            await connection.execute(self._sql.version_table)
-            current = await connection.fetchval(self._sql.current_version) or 0
-            self._check_not_newer(current)
-            for version in sorted(MIGRATIONS):
-                if version <= current:
-                    continue
-                for ddl in MIGRATIONS[version]:
-                    await connection.execute(ddl.replace("{s}", quote_ident(schema)))
-                await connection.execute(self._sql.record_version, version)
-        if current < LATEST_VERSION:
-            self._migrations_applied(current, LATEST_VERSION)
-
-    async def _schema_version(self, connection: _Connection) -> int | None:
-        table = f"{quote_ident(self.options.schema)}.agentsessions_schema_version"
-        if await connection.fetchval("SELECT to_regclass($1)::text", table) is None:
-            return None
-        current: int | None = await connection.fetchval(self._sql.current_version)
-        if current is not None:
-            self._check_not_newer(current)
-        return current
-
-    def _check_not_newer(self, current: int) -> None:
-        if current > LATEST_VERSION:
-            raise BackendUnavailableError(
-                self.url,
-                f"schema {self.options.schema!r} is at version {current}, newer than the "
-                f"{LATEST_VERSION} this agentsessions-postgres knows; upgrade it",
-            )
+            found = await migrate(connection, self.options.schema, self._transaction)
+        if found < LATEST_VERSION:
+            self._migrations_applied(found, LATEST_VERSION)
 
     @asynccontextmanager
     async def _connection(

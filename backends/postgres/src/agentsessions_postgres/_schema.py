@@ -32,16 +32,25 @@ values always travel as parameters, never in the SQL text.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, fields
 from functools import lru_cache
+from typing import TYPE_CHECKING, Any
 
-from agentsessions.backend import TOKENS_KEPT
+from agentsessions.backend import TOKENS_KEPT, SchemaTooNewError
+
+if TYPE_CHECKING:
+    from asyncpg.pool import PoolConnectionProxy
+
+    Connection = PoolConnectionProxy[Any]
 
 __all__ = [
     "LATEST_VERSION",
     "MIGRATIONS",
     "Statements",
     "list_statement",
+    "migrate",
     "migration_lock_key",
     "quote_ident",
     "save_statement",
@@ -128,6 +137,51 @@ def migration_lock_key(schema: str) -> int:
     """
     digest = hashlib.blake2b(f"agentsessions_postgres:{schema}".encode(), digest_size=8)
     return int.from_bytes(digest.digest(), "big", signed=True)
+
+
+async def migrate(
+    connection: Connection,
+    schema: str,
+    transaction: Callable[[Connection], AbstractAsyncContextManager[None]],
+) -> int:
+    """Bring *schema* to `LATEST_VERSION`, exactly once across racing processes; the
+    version it was at.
+
+    The common case (already migrated) costs two reads and takes no lock. Otherwise
+    a transaction-scoped advisory lock serialises the processes starting at once:
+    the first applies the migrations, the others wait, then find them applied.
+    """
+    sql, quoted = statements(schema), quote_ident(schema)
+    table = f"{quoted}.agentsessions_schema_version"
+    if await connection.fetchval("SELECT to_regclass($1)::text", table) is not None:
+        found = await connection.fetchval(sql.current_version)
+        _check_not_newer(found or 0, schema)
+        if found == LATEST_VERSION:
+            return LATEST_VERSION
+    async with transaction(connection):
+        await connection.execute("SELECT pg_advisory_xact_lock($1)", migration_lock_key(schema))
+        has_schema = await connection.fetchval(
+            "SELECT EXISTS (SELECT FROM pg_namespace WHERE nspname = $1)", schema
+        )
+        if not has_schema:
+            # Only when missing: CREATE SCHEMA needs the CREATE privilege on the
+            # database even with IF NOT EXISTS, which an application role may lack.
+            await connection.execute(f"CREATE SCHEMA IF NOT EXISTS {quoted}")
+        await connection.execute(sql.version_table)
+        current: int = await connection.fetchval(sql.current_version) or 0
+        _check_not_newer(current, schema)
+        for version in sorted(MIGRATIONS):
+            if version <= current:
+                continue
+            for ddl in MIGRATIONS[version]:
+                await connection.execute(ddl.replace("{s}", quoted))
+            await connection.execute(sql.record_version, version)
+    return current
+
+
+def _check_not_newer(found: int, schema: str) -> None:
+    if found > LATEST_VERSION:
+        raise SchemaTooNewError(found, LATEST_VERSION, f"schema {schema!r}")
 
 
 @dataclass(frozen=True)

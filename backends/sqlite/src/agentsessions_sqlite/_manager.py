@@ -42,7 +42,7 @@ from agentsessions.backend import (
 
 from ._connection import Link, connect, is_busy
 from ._options import SQLiteOptions
-from ._schema import SCHEMA_VERSION, SchemaTooNewError, migrate
+from ._schema import SCHEMA_VERSION, migrate
 from ._url import MEMORY, database_path
 
 __all__ = ["SQLiteSessionManager"]
@@ -403,8 +403,6 @@ class SQLiteSessionManager(SessionManager):
         except BaseException as exc:
             for link in reversed(links):
                 await link.close()
-            if isinstance(exc, SchemaTooNewError):
-                raise BackendUnavailableError(self.url, str(exc)) from exc
             if isinstance(exc, sqlite3.Error):
                 raise BackendUnavailableError(self.url, self._open_failure(exc)) from exc
             raise
