@@ -32,10 +32,18 @@ values always travel as parameters, never in the SQL text.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, fields
 from functools import lru_cache
+from typing import TYPE_CHECKING, Any
 
-from agentsessions.backend import TOKENS_KEPT
+from agentsessions.backend import TOKENS_KEPT, SchemaTooNewError
+
+if TYPE_CHECKING:
+    from asyncpg.pool import PoolConnectionProxy
+
+    Connection = PoolConnectionProxy[Any]
 
 __all__ = [
     "LATEST_VERSION",
@@ -43,6 +51,7 @@ __all__ = [
     "Statements",
     "compact_statement",
     "list_statement",
+    "migrate",
     "migration_lock_key",
     "quote_ident",
     "save_statement",
@@ -150,6 +159,51 @@ def migration_lock_key(schema: str) -> int:
     return int.from_bytes(digest.digest(), "big", signed=True)
 
 
+async def migrate(
+    connection: Connection,
+    schema: str,
+    transaction: Callable[[Connection], AbstractAsyncContextManager[None]],
+) -> int:
+    """Bring *schema* to `LATEST_VERSION`, exactly once across racing processes; the
+    version it was at.
+
+    The common case (already migrated) costs two reads and takes no lock. Otherwise
+    a transaction-scoped advisory lock serialises the processes starting at once:
+    the first applies the migrations, the others wait, then find them applied.
+    """
+    sql, quoted = statements(schema), quote_ident(schema)
+    table = f"{quoted}.agentsessions_schema_version"
+    if await connection.fetchval("SELECT to_regclass($1)::text", table) is not None:
+        found = await connection.fetchval(sql.current_version)
+        _check_not_newer(found or 0, schema)
+        if found == LATEST_VERSION:
+            return LATEST_VERSION
+    async with transaction(connection):
+        await connection.execute("SELECT pg_advisory_xact_lock($1)", migration_lock_key(schema))
+        has_schema = await connection.fetchval(
+            "SELECT EXISTS (SELECT FROM pg_namespace WHERE nspname = $1)", schema
+        )
+        if not has_schema:
+            # Only when missing: CREATE SCHEMA needs the CREATE privilege on the
+            # database even with IF NOT EXISTS, which an application role may lack.
+            await connection.execute(f"CREATE SCHEMA IF NOT EXISTS {quoted}")
+        await connection.execute(sql.version_table)
+        current: int = await connection.fetchval(sql.current_version) or 0
+        _check_not_newer(current, schema)
+        for version in sorted(MIGRATIONS):
+            if version <= current:
+                continue
+            for ddl in MIGRATIONS[version]:
+                await connection.execute(ddl.replace("{s}", quoted))
+            await connection.execute(sql.record_version, version)
+    return current
+
+
+def _check_not_newer(found: int, schema: str) -> None:
+    if found > LATEST_VERSION:
+        raise SchemaTooNewError(found, LATEST_VERSION, f"schema {schema!r}")
+
+
 @dataclass(frozen=True)
 class Statements:
     """Every statement, schema-qualified. Fields hold templates until `statements` fills them."""
@@ -222,13 +276,15 @@ class Statements:
     # -- load: one statement, so the record and its events come from one snapshot --
     # $1 ns, $2 id, $3 now [, $4 last_events]
     load_record: str = """
-        SELECT user_id, state, version, event_count, created_at, updated_at, expires_at,
+        SELECT session_id, user_id, state, version, created_at, updated_at, expires_at,
+               event_count,
                NULL::text[] AS events
         FROM {s}.agentsessions_sessions
         WHERE namespace = $1 AND session_id = $2 AND (expires_at IS NULL OR expires_at > $3)
     """
     load_all: str = """
-        SELECT user_id, state, version, event_count, created_at, updated_at, expires_at,
+        SELECT session_id, user_id, state, version, created_at, updated_at, expires_at,
+               event_count,
                ARRAY(SELECT e.data::text FROM {s}.agentsessions_events e
                      WHERE e.namespace = $1 AND e.session_id = $2
                      ORDER BY e.position) AS events
@@ -236,7 +292,8 @@ class Statements:
         WHERE namespace = $1 AND session_id = $2 AND (expires_at IS NULL OR expires_at > $3)
     """
     load_last: str = """
-        SELECT user_id, state, version, event_count, created_at, updated_at, expires_at,
+        SELECT session_id, user_id, state, version, created_at, updated_at, expires_at,
+               event_count,
                ARRAY(SELECT w.data::text
                      FROM (SELECT e.position, e.data FROM {s}.agentsessions_events e
                            WHERE e.namespace = $1 AND e.session_id = $2

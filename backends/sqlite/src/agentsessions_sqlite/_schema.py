@@ -19,7 +19,9 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SchemaTooNewError", "migrate", "stored_version"]
+from agentsessions.backend import SchemaTooNewError
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "migrate", "stored_version"]
 
 META = "agentsessions_meta"
 
@@ -96,19 +98,6 @@ MIGRATIONS: list[Sequence[str]] = [
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
-
-
-class SchemaTooNewError(Exception):
-    """The database was written by a newer agentsessions-sqlite than this one."""
-
-    def __init__(self, found: int, known: int) -> None:
-        super().__init__(
-            f"the database has agentsessions schema version {found}, newer than the "
-            f"{known} this agentsessions-sqlite understands; upgrade agentsessions-sqlite "
-            "(opening it with older code could corrupt it)"
-        )
-        self.found = found
-        self.known = known
 
 
 def stored_version(conn: sqlite3.Connection) -> int:
