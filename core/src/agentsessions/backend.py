@@ -52,6 +52,7 @@ from ._manager import (
 from ._records import (
     TOKENS_KEPT,
     Capabilities,
+    CompactRequest,
     EventRecord,
     LoadedSession,
     SaveRequest,
@@ -83,6 +84,7 @@ __all__ = [
     "PERCENT_ENCODING_HINT",
     "BackendSpec",
     "Capabilities",
+    "CompactRequest",
     "ErrorRule",
     "EventRecord",
     "LoadedSession",

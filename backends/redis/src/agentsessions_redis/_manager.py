@@ -29,6 +29,7 @@ from agentsessions import (
 )
 from agentsessions.backend import (
     Capabilities,
+    CompactRequest,
     ErrorRule,
     EventRecord,
     LoadedSession,
@@ -115,7 +116,9 @@ class RedisSessionManager(SessionManager):
     Options: ClassVar[type[ManagerOptions]] = RedisOptions
     driver_errors = _DRIVER_ERRORS
     driver_query_params: ClassVar[frozenset[str]] = DRIVER_QUERY_PARAMS
-    capabilities = Capabilities(persistent=True, shared=True, ttl=True, namespaces=True)
+    capabilities = Capabilities(
+        persistent=True, shared=True, ttl=True, namespaces=True, compaction=True
+    )
     db_system = "redis"
     default_port = 6379
 
@@ -200,6 +203,8 @@ class RedisSessionManager(SessionManager):
             save=client.register_script(_scripts.SAVE),
             delete=client.register_script(_scripts.DELETE),
             move=client.register_script(_scripts.MOVE_INDEX_ENTRY),
+            compact=client.register_script(_scripts.COMPACT),
+            archived=client.register_script(_scripts.ARCHIVED),
         )
 
     # -- one session --------------------------------------------------------------------
@@ -240,7 +245,7 @@ class RedisSessionManager(SessionManager):
         args.extend(event.data for event in events)
         if not self.cluster:
             index_keys = [self.keys.index] + ([user_index] if user_index else [])
-            script_keys = [keys.hash, keys.events, *index_keys]
+            script_keys = [keys.hash, keys.events, keys.archive, *index_keys]
             result = await self._link.create(script_keys, args)
             if result[0] != 1:
                 raise SessionExistsError(session_id)
@@ -254,7 +259,7 @@ class RedisSessionManager(SessionManager):
         added = await asyncio.gather(
             *(client.zadd(e.index, {e.member: e.score}, nx=True) for e in entries)
         )
-        result = await self._link.create([keys.hash, keys.events], args)
+        result = await self._link.create([keys.hash, keys.events, keys.archive], args)
         if result[0] == 1:
             # NX kept an older entry's score, and a concurrent reader may have dropped
             # ours while the session did not exist yet: set the final score now.
@@ -293,12 +298,40 @@ class RedisSessionManager(SessionManager):
             record.event_count,
         ]
         args.extend(event.data for event in request.new_events)
-        result = await self._link.save([keys.hash, keys.events], args)
+        result = await self._link.save([keys.hash, keys.events, keys.archive], args)
         if result == 1:
             return
         if result == 0:
             raise SessionNotFoundError(record.session_id)
         raise SessionConflictError(record.session_id, request.expected_version)
+
+    async def _compact(self, request: CompactRequest, now: datetime) -> None:
+        keys = self.keys.session(request.session_id)
+        expires = request.expires_at
+        args: list[Any] = [
+            to_micros(now),
+            request.expected_version,
+            request.token,
+            request.replaced,
+            request.version,
+            to_micros(request.updated_at),
+            "" if expires is None else to_micros(expires),
+            "" if expires is None else _pexpireat(expires),
+            request.event_count,
+            "1" if request.archive else "",
+        ]
+        args.extend(event.data for event in request.new_events)
+        result = await self._link.compact([keys.hash, keys.events, keys.archive], args)
+        if result == 1:
+            return
+        if result == 0:
+            raise SessionNotFoundError(request.session_id)
+        raise SessionConflictError(request.session_id, request.expected_version)
+
+    async def _archived(self, session_id: str, now: datetime) -> list[str]:
+        keys = self.keys.session(session_id)
+        texts = await self._link.archived([keys.hash, keys.archive], [to_micros(now)])
+        return [text.decode() for text in texts]
 
     async def _delete(self, session_id: str, now: datetime) -> bool:
         outcome = await self._delete_one(session_id, "any", None, to_micros(now))
@@ -313,7 +346,7 @@ class RedisSessionManager(SessionManager):
         -2 kept (owned by another user, or live in 'expired' mode).
         """
         keys = self.keys.session(session_id)
-        script_keys = [keys.hash, keys.events]
+        script_keys = [keys.hash, keys.events, keys.archive]
         if not self.cluster:
             script_keys.append(self.keys.index)
         result = await self._link.delete(script_keys, [now_us, mode, user_id or ""])
@@ -554,6 +587,8 @@ class _Link:
     save: AsyncScript
     delete: AsyncScript
     move: AsyncScript
+    compact: AsyncScript
+    archived: AsyncScript
 
 
 async def _close_link(link: _Link) -> None:
