@@ -17,7 +17,9 @@ ABSTRACT = sorted(
     and not name.startswith("__")
     and getattr(value, "__isabstractmethod__", False)
 )
-HOOKS = [*ABSTRACT, "_purge_expired"]
+# The hooks with a default: engines that expire data, keep per-loop connections, or
+# do not compact.
+HOOKS = [*ABSTRACT, "_open", "_close", "_purge_expired", "_compact", "_archived"]
 
 
 def test_the_hooks_are_found() -> None:

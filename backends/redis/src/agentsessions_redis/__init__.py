@@ -14,14 +14,19 @@ from typing import TYPE_CHECKING, Any
 from ._version import __version__
 
 if TYPE_CHECKING:
-    from ._manager import RedisOptions, RedisSessionManager
+    from ._manager import RedisSessionManager
+    from ._options import RedisOptions
 
 __all__ = ["RedisOptions", "RedisSessionManager", "__version__"]
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("RedisOptions", "RedisSessionManager"):
-        from . import _manager
+    if name == "RedisOptions":
+        from ._options import RedisOptions
 
-        return getattr(_manager, name)
+        return RedisOptions
+    if name == "RedisSessionManager":
+        from ._manager import RedisSessionManager
+
+        return RedisSessionManager
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -30,21 +30,19 @@ from agentsessions import (
 )
 from agentsessions.backend import (
     Capabilities,
+    CompactRequest,
     ErrorRule,
     EventRecord,
     LoadedSession,
     ManagerOptions,
-    PoolSize,
     SaveRequest,
     SessionManager,
     SessionRecord,
-    Timeout,
     decode_events,
-    from_micros,
+    decode_record,
     scrub_secret,
     to_micros,
 )
-from pydantic import Field
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
@@ -56,8 +54,9 @@ from redis.commands.core import AsyncScript
 from . import _scripts
 from ._client import CLUSTER_SCHEMES, check_url, make_client
 from ._keys import KeyLayout, global_member, split_global_member
+from ._options import DRIVER_QUERY_PARAMS, RedisOptions
 
-__all__ = ["RedisOptions", "RedisSessionManager"]
+__all__ = ["RedisSessionManager"]
 
 T = TypeVar("T")
 E = TypeVar("E")
@@ -103,41 +102,6 @@ _FANOUT = 64
 _SCAN_BATCH = 500
 
 
-class RedisOptions(ManagerOptions):
-    """Options of the Redis backend (query string or keyword arguments)."""
-
-    socket_timeout: Timeout | None = Field(
-        default=None,
-        description="seconds to wait for one reply before giving up (default: the timeout)",
-    )
-    connect_timeout: Timeout | None = Field(
-        default=None,
-        description="seconds to wait for one connection (default: the timeout)",
-    )
-    max_connections: PoolSize | None = Field(
-        default=None, description="connection pool size (per node in a cluster)"
-    )
-    retries: int = Field(
-        default=3,
-        ge=0,
-        le=100,
-        description="reconnect-and-resend attempts after a dropped connection, all within "
-        "the call's timeout",
-    )
-    wait_replicas: int = Field(
-        default=0,
-        ge=0,
-        le=100,
-        description="replicas that must acknowledge every write (Redis WAIT) before it "
-        "returns; fewer within wait_timeout raise BackendUnavailableError (not in a cluster)",
-    )
-    wait_timeout: Timeout = Field(
-        default=1.0,
-        description="seconds a write waits for wait_replicas acknowledgements (at most "
-        "what is left of the call's timeout)",
-    )
-
-
 @dataclass(frozen=True, slots=True)
 class _Entry:
     """One listing index entry, as read from a sorted set."""
@@ -164,28 +128,10 @@ class RedisSessionManager(SessionManager):
 
     Options: ClassVar[type[ManagerOptions]] = RedisOptions
     driver_errors = _DRIVER_ERRORS
-    driver_query_params: ClassVar[frozenset[str]] = frozenset(
-        {
-            "db",
-            "username",
-            "password",
-            "client_name",
-            "health_check_interval",
-            "socket_keepalive",
-            "ssl_cert_reqs",
-            "ssl_ca_certs",
-            "ssl_ca_path",
-            "ssl_certfile",
-            "ssl_keyfile",
-            "ssl_check_hostname",
-            "ssl_min_version",
-            "ssl_ciphers",
-            # The Sentinels' own credentials (redis+sentinel:// only), see _client.
-            "sentinel_username",
-            "sentinel_password",
-        }
+    driver_query_params: ClassVar[frozenset[str]] = DRIVER_QUERY_PARAMS
+    capabilities = Capabilities(
+        persistent=True, shared=True, ttl=True, namespaces=True, compaction=True
     )
-    capabilities = Capabilities(persistent=True, shared=True, ttl=True, namespaces=True)
     db_system = "redis"
     default_port = 6379
 
@@ -227,27 +173,8 @@ class RedisSessionManager(SessionManager):
             raise RuntimeError(f"{self!r} is not open in this event loop") from None
 
     @property
-    def _load_script(self) -> AsyncScript:
-        return self._links.current().load
-
-    @property
-    def _create_script(self) -> AsyncScript:
-        return self._links.current().create
-
-    @property
-    def _save_script(self) -> AsyncScript:
-        return self._links.current().save
-
-    @property
-    def _delete_script(self) -> AsyncScript:
-        return self._links.current().delete
-
-    @property
-    def _move_script(self) -> AsyncScript:
-        return self._links.current().move
-
-    async def _run(self, script: AsyncScript, keys: Sequence[str], args: list[Any]) -> Any:
-        return await script(keys=keys, args=args)
+    def _link(self) -> _Link:
+        return self._links.current()
 
     async def _write(
         self,
@@ -265,14 +192,14 @@ class RedisSessionManager(SessionManager):
         """
         wanted = self.options.wait_replicas
         if not wanted:
-            return await self._run(script, keys, args)
+            return await script(keys, args)
         waited = self._remaining(self.options.wait_timeout)
         # Never 0, which would mean "wait forever".
         milliseconds = max(1, int(waited * 1000))
         client = self.client
         assert isinstance(client, Redis)  # never a cluster: see __init__
         async with client.pipeline(transaction=False) as pipe:
-            await script(keys=keys, args=args, client=pipe)
+            await script(keys, args, client=pipe)
             pipe.execute_command("WAIT", wanted, milliseconds)
             result, acknowledged = await pipe.execute()
         if wrote(result) and int(acknowledged) < wanted:
@@ -284,19 +211,13 @@ class RedisSessionManager(SessionManager):
             )
         return result
 
-    async def _open(self) -> None:
-        await self._links.get()
-
-    async def _close(self) -> None:
-        pass  # the clients are per loop: the base class closes them all
-
     async def _new_link(self) -> _Link:
         o = self.options
         # Retries (a dropped connection, a failover) happen inside the call's deadline,
         # which cuts them short; each wait alone is bounded by the timeout too.
         retry = Retry(ExponentialWithJitterBackoff(base=0.01, cap=0.5), o.retries)
         settings: dict[str, Any] = {
-            "socket_connect_timeout": min(o.connect_timeout or o.timeout, o.timeout),
+            "socket_connect_timeout": o.bounded(o.connect_timeout),
             "decode_responses": False,
             "retry": retry,
         }
@@ -334,6 +255,8 @@ class RedisSessionManager(SessionManager):
             save=client.register_script(_scripts.SAVE),
             delete=client.register_script(_scripts.DELETE),
             move=client.register_script(_scripts.MOVE_INDEX_ENTRY),
+            compact=client.register_script(_scripts.COMPACT),
+            archived=client.register_script(_scripts.ARCHIVED),
         )
 
     # -- one session --------------------------------------------------------------------
@@ -374,9 +297,9 @@ class RedisSessionManager(SessionManager):
         args.extend(event.data for event in events)
         if not self.cluster:
             index_keys = [self.keys.index] + ([user_index] if user_index else [])
-            script_keys = [keys.hash, keys.events, *index_keys]
+            script_keys = [keys.hash, keys.events, keys.archive, *index_keys]
             result = await self._write(
-                self._create_script, script_keys, args, lambda r: bool(r[0] == 1)
+                self._link.create, script_keys, args, lambda r: bool(r[0] == 1)
             )
             if result[0] != 1:
                 raise SessionExistsError(session_id)
@@ -390,7 +313,7 @@ class RedisSessionManager(SessionManager):
         added = await asyncio.gather(
             *(client.zadd(e.index, {e.member: e.score}, nx=True) for e in entries)
         )
-        result = await self._run(self._create_script, [keys.hash, keys.events], args)
+        result = await self._link.create([keys.hash, keys.events, keys.archive], args)
         if result[0] == 1:
             # NX kept an older entry's score, and a concurrent reader may have dropped
             # ours while the session did not exist yet: set the final score now.
@@ -406,13 +329,11 @@ class RedisSessionManager(SessionManager):
     ) -> LoadedSession | None:
         keys = self.keys.session(session_id)
         wanted = -1 if last_events is None else last_events
-        result = await self._run(
-            self._load_script, [keys.hash, keys.events], [to_micros(now), wanted]
-        )
+        result = await self._link.load([keys.hash, keys.events], [to_micros(now), wanted])
         if result is None:
             return None
         fields, texts = result
-        return LoadedSession(_record(fields), decode_events(texts))
+        return LoadedSession(decode_record(fields), decode_events(texts))
 
     async def _save(self, request: SaveRequest, now: datetime) -> None:
         record = request.record
@@ -432,13 +353,43 @@ class RedisSessionManager(SessionManager):
         ]
         args.extend(event.data for event in request.new_events)
         result = await self._write(
-            self._save_script, [keys.hash, keys.events], args, lambda r: bool(r == 1)
+            self._link.save, [keys.hash, keys.events, keys.archive], args, lambda r: bool(r == 1)
         )
         if result == 1:
             return
         if result == 0:
             raise SessionNotFoundError(record.session_id)
         raise SessionConflictError(record.session_id, request.expected_version)
+
+    async def _compact(self, request: CompactRequest, now: datetime) -> None:
+        keys = self.keys.session(request.session_id)
+        expires = request.expires_at
+        args: list[Any] = [
+            to_micros(now),
+            request.expected_version,
+            request.token,
+            request.replaced,
+            request.version,
+            to_micros(request.updated_at),
+            "" if expires is None else to_micros(expires),
+            "" if expires is None else _pexpireat(expires),
+            request.event_count,
+            "1" if request.archive else "",
+        ]
+        args.extend(event.data for event in request.new_events)
+        result = await self._write(
+            self._link.compact, [keys.hash, keys.events, keys.archive], args, lambda r: r == 1
+        )
+        if result == 1:
+            return
+        if result == 0:
+            raise SessionNotFoundError(request.session_id)
+        raise SessionConflictError(request.session_id, request.expected_version)
+
+    async def _archived(self, session_id: str, now: datetime) -> list[str]:
+        keys = self.keys.session(session_id)
+        texts = await self._link.archived([keys.hash, keys.archive], [to_micros(now)])
+        return [text.decode() for text in texts]
 
     async def _delete(self, session_id: str, now: datetime) -> bool:
         outcome = await self._delete_one(session_id, "any", None, to_micros(now))
@@ -453,11 +404,11 @@ class RedisSessionManager(SessionManager):
         -2 kept (owned by another user, or live in 'expired' mode).
         """
         keys = self.keys.session(session_id)
-        script_keys = [keys.hash, keys.events]
+        script_keys = [keys.hash, keys.events, keys.archive]
         if not self.cluster:
             script_keys.append(self.keys.index)
         result = await self._write(
-            self._delete_script,
+            self._link.delete,
             script_keys,
             [now_us, mode, user_id or ""],
             lambda r: int(r[0]) in (0, 1),
@@ -671,7 +622,7 @@ class RedisSessionManager(SessionManager):
             # and erases the session (and counts it); once Redis expires the keys, the
             # "gone" branch above drops the entry.
             return None, None
-        return _summary(fields), None
+        return decode_record(fields).summary(), None
 
     async def _apply_fixes(self, fixes: list[_Fix]) -> None:
         if not fixes:
@@ -679,8 +630,8 @@ class RedisSessionManager(SessionManager):
 
         def move(fix: _Fix) -> Awaitable[Any]:
             new_score = "" if fix.new_score is None else fix.new_score
-            return self._run(
-                self._move_script, [fix.entry.index], [fix.entry.member, fix.entry.score, new_score]
+            return self._link.move(
+                [fix.entry.index], [fix.entry.member, fix.entry.score, new_score]
             )
 
         await _bounded(move, fixes)
@@ -699,6 +650,8 @@ class _Link:
     save: AsyncScript
     delete: AsyncScript
     move: AsyncScript
+    compact: AsyncScript
+    archived: AsyncScript
 
 
 async def _close_link(link: _Link) -> None:
@@ -718,34 +671,6 @@ def _pexpireat(expires: datetime) -> int:
 def _scored(pairs: Any) -> list[tuple[bytes, int]]:
     """redis-py's ZRANGE WITHSCORES reply (typed loosely by redis-py), as what it is."""
     return [(member, int(score)) for member, score in pairs]
-
-
-def _record(fields: list[bytes | None]) -> SessionRecord:
-    session_id, user_id, state, version, created, updated, expires, count = fields
-    assert session_id is not None and state is not None
-    return SessionRecord(
-        session_id=session_id.decode(),
-        user_id=None if user_id is None else user_id.decode(),
-        state=state.decode(),
-        version=int(version),  # type: ignore[arg-type]
-        created_at=from_micros(int(created)),  # type: ignore[arg-type]
-        updated_at=from_micros(int(updated)),  # type: ignore[arg-type]
-        expires_at=None if expires is None else from_micros(int(expires)),
-        event_count=int(count),  # type: ignore[arg-type]
-    )
-
-
-def _summary(fields: list[bytes | None]) -> SessionSummary:
-    session_id, user_id, _, version, created, updated, _, count = fields
-    assert session_id is not None
-    return SessionSummary(
-        session_id=session_id.decode(),
-        user_id=None if user_id is None else user_id.decode(),
-        created_at=from_micros(int(created)),  # type: ignore[arg-type]
-        updated_at=from_micros(int(updated)),  # type: ignore[arg-type]
-        event_count=int(count),  # type: ignore[arg-type]
-        version=int(version),  # type: ignore[arg-type]
-    )
 
 
 async def _bounded(call: Callable[[E], Awaitable[T]], items: Sequence[E]) -> list[T]:

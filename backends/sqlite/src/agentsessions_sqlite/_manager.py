@@ -27,6 +27,7 @@ from agentsessions import (
 from agentsessions.backend import (
     TOKENS_KEPT,
     Capabilities,
+    CompactRequest,
     ErrorRule,
     EventRecord,
     LoadedSession,
@@ -35,13 +36,15 @@ from agentsessions.backend import (
     SessionManager,
     SessionRecord,
     decode_events,
-    from_micros,
+    decode_record,
+    decode_summary,
+    encode_record,
     to_micros,
 )
 
 from ._connection import Link, connect, is_busy
 from ._options import SQLiteOptions
-from ._schema import SCHEMA_VERSION, SchemaTooNewError, migrate
+from ._schema import SCHEMA_VERSION, migrate
 from ._url import MEMORY, database_path
 
 __all__ = ["SQLiteSessionManager"]
@@ -98,10 +101,39 @@ INSERT INTO agentsessions_sessions (
 ON CONFLICT (namespace, session_id) DO UPDATE SET
     user_id = excluded.user_id, state = excluded.state, version = excluded.version,
     created_at = excluded.created_at, updated_at = excluded.updated_at,
-    expires_at = excluded.expires_at, event_count = excluded.event_count, save_tokens = ''
+    expires_at = excluded.expires_at, event_count = excluded.event_count, save_tokens = '',
+    first_position = 0
 WHERE agentsessions_sessions.expires_at IS NOT NULL AND agentsessions_sessions.expires_at <= ?
 """
 _DELETE_EVENTS = "DELETE FROM agentsessions_events WHERE namespace = ? AND session_id = ?"
+_DELETE_ARCHIVE = "DELETE FROM agentsessions_archive WHERE namespace = ? AND session_id = ?"
+_SELECT_FIRST_POSITION = """
+SELECT first_position FROM agentsessions_sessions WHERE namespace = ? AND session_id = ?
+"""
+# A compaction moves the session's first position instead of renumbering what it keeps.
+_COMPACT_SESSION = """
+UPDATE agentsessions_sessions
+SET version = ?, updated_at = ?, expires_at = ?, event_count = ?,
+    save_tokens = substr(? || save_tokens, 1, ?), first_position = first_position + ?
+WHERE namespace = ? AND session_id = ? AND version = ?
+  AND (expires_at IS NULL OR expires_at > ?)
+"""
+_ARCHIVE_HEAD = """
+INSERT INTO agentsessions_archive (namespace, session_id, version, position, data)
+SELECT namespace, session_id, ?, position - ?, data FROM agentsessions_events
+WHERE namespace = ? AND session_id = ? AND position < ?
+"""
+_DELETE_EVENT_HEAD = """
+DELETE FROM agentsessions_events WHERE namespace = ? AND session_id = ? AND position < ?
+"""
+_SELECT_ARCHIVE = """
+SELECT data FROM agentsessions_archive
+WHERE namespace = ? AND session_id = ? ORDER BY version, position
+"""
+_SELECT_LIVE = """
+SELECT 1 FROM agentsessions_sessions
+WHERE namespace = ? AND session_id = ? AND (expires_at IS NULL OR expires_at > ?)
+"""
 # The version check and the write are one statement inside BEGIN IMMEDIATE: the row
 # changes only if nobody saved since the load. user_id and created_at are not written.
 _UPDATE_SESSION = """
@@ -135,11 +167,24 @@ WHERE namespace = ? AND session_id IN (
     SELECT session_id FROM agentsessions_sessions WHERE namespace = ? AND user_id = ?
 )
 """
+_DELETE_ARCHIVE_OF_USER = """
+DELETE FROM agentsessions_archive
+WHERE namespace = ? AND session_id IN (
+    SELECT session_id FROM agentsessions_sessions WHERE namespace = ? AND user_id = ?
+)
+"""
 _DELETE_SESSIONS_OF_USER = """
 DELETE FROM agentsessions_sessions WHERE namespace = ? AND user_id = ?
 """
 _DELETE_EVENTS_OF_EXPIRED = """
 DELETE FROM agentsessions_events
+WHERE namespace = ? AND session_id IN (
+    SELECT session_id FROM agentsessions_sessions
+    WHERE namespace = ? AND expires_at IS NOT NULL AND expires_at <= ?
+)
+"""
+_DELETE_ARCHIVE_OF_EXPIRED = """
+DELETE FROM agentsessions_archive
 WHERE namespace = ? AND session_id IN (
     SELECT session_id FROM agentsessions_sessions
     WHERE namespace = ? AND expires_at IS NOT NULL AND expires_at <= ?
@@ -181,7 +226,6 @@ def _load(
     row = conn.execute(_SELECT_SESSION, (namespace, session_id, now)).fetchone()
     if row is None:
         return None
-    user_id, state, version, created, updated, expires, event_count = row
     if last_events is None:
         rows = conn.execute(_SELECT_ALL_EVENTS[utf8], (namespace, session_id)).fetchall()
     elif last_events:
@@ -191,41 +235,18 @@ def _load(
         rows.reverse()
     else:
         rows = []
-    record = SessionRecord(
-        session_id=session_id,
-        user_id=user_id,
-        state=state,
-        version=version,
-        created_at=from_micros(created),
-        updated_at=from_micros(updated),
-        expires_at=None if expires is None else from_micros(expires),
-        event_count=event_count,
-    )
     # One batch decode of every event (pydantic-core); map() keeps the unpacking in C.
-    return LoadedSession(record, decode_events(list(map(_first, rows))))
+    return LoadedSession(decode_record((session_id, *row)), decode_events(list(map(_first, rows))))
 
 
 def _create(conn: sqlite3.Connection, namespace: str, record: SessionRecord, now: int) -> bool:
-    cursor = conn.execute(
-        _CREATE,
-        (
-            namespace,
-            record.session_id,
-            record.user_id,
-            record.state,
-            record.version,
-            to_micros(record.created_at),
-            to_micros(record.updated_at),
-            _optional_micros(record.expires_at),
-            record.event_count,
-            now,
-        ),
-    )
+    cursor = conn.execute(_CREATE, (namespace, *encode_record(record, micros=True), now))
     if cursor.rowcount == 0:
         return False
     # Either a fresh id (no events to delete: one index probe) or an expired session
     # being replaced, whose old events must go in the same transaction.
     conn.execute(_DELETE_EVENTS, (namespace, record.session_id))
+    conn.execute(_DELETE_ARCHIVE, (namespace, record.session_id))
     return True
 
 
@@ -275,13 +296,70 @@ def _save(conn: sqlite3.Connection, namespace: str, request: SaveRequest, now: i
         if row is None or not (row[2] is None or row[2] > now):
             raise SessionNotFoundError(session_id)
         raise SessionConflictError(session_id, request.expected_version)
+    # Positions are stored from the session's first position (0 until a compaction).
+    if request.truncates or request.new_events:
+        (first,) = conn.execute(_SELECT_FIRST_POSITION, (namespace, session_id)).fetchone()
     if request.truncates:
-        conn.execute(_DELETE_EVENT_TAIL, (namespace, session_id, request.keep))
+        conn.execute(_DELETE_EVENT_TAIL, (namespace, session_id, first + request.keep))
     if request.new_events:
         conn.executemany(
             _INSERT_EVENT,
-            [(namespace, session_id, event.position, event.data) for event in request.new_events],
+            [
+                (namespace, session_id, first + event.position, event.data)
+                for event in request.new_events
+            ],
         )
+
+
+def _compact(conn: sqlite3.Connection, namespace: str, request: CompactRequest, now: int) -> None:
+    session_id = request.session_id
+    shift = request.replaced - len(request.new_events)
+    cursor = conn.execute(
+        _COMPACT_SESSION,
+        (
+            request.version,
+            to_micros(request.updated_at),
+            _optional_micros(request.expires_at),
+            request.event_count,
+            request.token,
+            _TOKEN_CHARS,
+            shift,
+            namespace,
+            session_id,
+            request.expected_version,
+            now,
+        ),
+    )
+    if cursor.rowcount == 0:
+        row = conn.execute(_SELECT_VERSION, (request.token, namespace, session_id)).fetchone()
+        if row is not None and row[1]:
+            return
+        if row is None or not (row[2] is None or row[2] > now):
+            raise SessionNotFoundError(session_id)
+        raise SessionConflictError(session_id, request.expected_version)
+    (first,) = conn.execute(_SELECT_FIRST_POSITION, (namespace, session_id)).fetchone()
+    old_first = first - shift
+    cut = old_first + request.replaced
+    if request.archive:
+        conn.execute(
+            _ARCHIVE_HEAD, (request.expected_version, old_first, namespace, session_id, cut)
+        )
+    conn.execute(_DELETE_EVENT_HEAD, (namespace, session_id, cut))
+    if request.new_events:
+        conn.executemany(
+            _INSERT_EVENT,
+            [
+                (namespace, session_id, first + event.position, event.data)
+                for event in request.new_events
+            ],
+        )
+
+
+def _archived(conn: sqlite3.Connection, namespace: str, session_id: str, now: int) -> list[str]:
+    if conn.execute(_SELECT_LIVE, (namespace, session_id, now)).fetchone() is None:
+        return []
+    rows = conn.execute(_SELECT_ARCHIVE, (namespace, session_id)).fetchall()
+    return list(map(_first, rows))
 
 
 def _delete(conn: sqlite3.Connection, namespace: str, session_id: str, now: int) -> bool:
@@ -289,6 +367,7 @@ def _delete(conn: sqlite3.Connection, namespace: str, session_id: str, now: int)
     if row is None:
         return False
     conn.execute(_DELETE_EVENTS, (namespace, session_id))
+    conn.execute(_DELETE_ARCHIVE, (namespace, session_id))
     conn.execute(_DELETE_SESSION, (namespace, session_id))
     expires = row[0]
     return expires is None or expires > now
@@ -297,12 +376,14 @@ def _delete(conn: sqlite3.Connection, namespace: str, session_id: str, now: int)
 def _delete_user(conn: sqlite3.Connection, namespace: str, user_id: str, now: int) -> int:
     (live,) = conn.execute(_COUNT_LIVE_OF_USER, (namespace, user_id, now)).fetchone()
     conn.execute(_DELETE_EVENTS_OF_USER, (namespace, namespace, user_id))
+    conn.execute(_DELETE_ARCHIVE_OF_USER, (namespace, namespace, user_id))
     conn.execute(_DELETE_SESSIONS_OF_USER, (namespace, user_id))
     return int(live)
 
 
 def _purge_expired(conn: sqlite3.Connection, namespace: str, now: int) -> int:
     conn.execute(_DELETE_EVENTS_OF_EXPIRED, (namespace, namespace, now))
+    conn.execute(_DELETE_ARCHIVE_OF_EXPIRED, (namespace, namespace, now))
     return conn.execute(_DELETE_EXPIRED, (namespace, now)).rowcount
 
 
@@ -321,17 +402,7 @@ def _list(
         params.extend(after)
     params.append(limit)
     rows = conn.execute(_LIST[user_id is not None, after is not None], params).fetchall()
-    return [
-        SessionSummary(
-            session_id=session_id,
-            user_id=owner,
-            created_at=from_micros(created),
-            updated_at=from_micros(updated),
-            event_count=event_count,
-            version=version,
-        )
-        for session_id, owner, created, updated, event_count, version in rows
-    ]
+    return list(map(decode_summary, rows))
 
 
 def _prepare_writer(conn: sqlite3.Connection, synchronous: str, memory: bool) -> None:
@@ -372,8 +443,11 @@ class SQLiteSessionManager(SessionManager):
 
     Options: ClassVar[type[ManagerOptions]] = SQLiteOptions
     options: SQLiteOptions
+    # Set by _open, which the base class runs before any other hook.
+    _writer: Link
+    _reader: Link
     driver_errors = (ErrorRule((sqlite3.Error,)),)
-    capabilities = Capabilities(persistent=True, shared=True)
+    capabilities = Capabilities(persistent=True, shared=True, compaction=True)
     db_system = "sqlite"
 
     def __init__(self, url: str, options: ManagerOptions | None = None) -> None:
@@ -381,9 +455,8 @@ class SQLiteSessionManager(SessionManager):
         self.path = database_path(url)
         if self.path == MEMORY:
             # The URL decides what this manager can do, so it is set per instance.
-            self.capabilities = Capabilities(persistent=False, shared=False)
-        self._writer: Link | None = None
-        self._reader: Link | None = None
+            self.capabilities = Capabilities(persistent=False, shared=False, compaction=True)
+        self._ns = self.options.namespace
         self._utf8 = True
 
     @property
@@ -421,8 +494,6 @@ class SQLiteSessionManager(SessionManager):
         except BaseException as exc:
             for link in reversed(links):
                 await link.close()
-            if isinstance(exc, SchemaTooNewError):
-                raise BackendUnavailableError(self.url, str(exc)) from exc
             if isinstance(exc, sqlite3.Error):
                 raise BackendUnavailableError(self.url, self._open_failure(exc)) from exc
             raise
@@ -442,19 +513,11 @@ class SQLiteSessionManager(SessionManager):
         return reason
 
     async def _close(self) -> None:
-        writer, reader = self._writer, self._reader
-        self._writer = self._reader = None
-        if reader is not None and reader is not writer:
-            await reader.close()
-        if writer is not None:
-            await writer.close()
+        if self._reader is not self._writer:
+            await self._reader.close()
+        await self._writer.close()
 
     # -- plumbing -------------------------------------------------------------------------
-
-    def _links(self) -> tuple[Link, Link]:
-        if self._writer is None or self._reader is None:
-            raise BackendUnavailableError(self.url, "the manager is not open")
-        return self._writer, self._reader
 
     def _translate(self, exc: BaseException) -> SessionError | None:
         if isinstance(exc, sqlite3.Error) and is_busy(exc):
@@ -467,26 +530,21 @@ class SQLiteSessionManager(SessionManager):
     # -- hooks ----------------------------------------------------------------------------
 
     async def _create(self, record: SessionRecord, now: datetime) -> None:
-        writer, _ = self._links()
-        created = await writer.write(_create, self.options.namespace, record, to_micros(now))
+        created = await self._writer.write(_create, self._ns, record, to_micros(now))
         if not created:
             raise SessionExistsError(record.session_id)
 
     async def _restore(
         self, record: SessionRecord, events: list[EventRecord], now: datetime
     ) -> None:
-        writer, _ = self._links()
-        restored = await writer.write(
-            _restore, self.options.namespace, record, events, to_micros(now)
-        )
+        restored = await self._writer.write(_restore, self._ns, record, events, to_micros(now))
         if not restored:
             raise SessionExistsError(record.session_id)
 
     async def _load(
         self, session_id: str, last_events: int | None, now: datetime
     ) -> LoadedSession | None:
-        _, reader = self._links()
-        return await reader.read(
+        return await self._reader.read(
             _load,
             self.options.namespace,
             session_id,
@@ -496,16 +554,22 @@ class SQLiteSessionManager(SessionManager):
         )
 
     async def _save(self, request: SaveRequest, now: datetime) -> None:
-        writer, _ = self._links()
-        await writer.write(_save, self.options.namespace, request, to_micros(now))
+        await self._writer.write(_save, self._ns, request, to_micros(now))
+
+    async def _compact(self, request: CompactRequest, now: datetime) -> None:
+        await self._writer.write(_compact, self._ns, request, to_micros(now))
+
+    async def _archived(self, session_id: str, now: datetime) -> list[str]:
+        texts: list[str] = await self._reader.read(
+            _archived, self.options.namespace, session_id, to_micros(now)
+        )
+        return texts
 
     async def _delete(self, session_id: str, now: datetime) -> bool:
-        writer, _ = self._links()
-        return await writer.write(_delete, self.options.namespace, session_id, to_micros(now))
+        return await self._writer.write(_delete, self._ns, session_id, to_micros(now))
 
     async def _delete_user(self, user_id: str, now: datetime) -> int:
-        writer, _ = self._links()
-        return await writer.write(_delete_user, self.options.namespace, user_id, to_micros(now))
+        return await self._writer.write(_delete_user, self._ns, user_id, to_micros(now))
 
     async def _list(
         self,
@@ -514,12 +578,8 @@ class SQLiteSessionManager(SessionManager):
         after: tuple[datetime, str] | None,
         now: datetime,
     ) -> list[SessionSummary]:
-        _, reader = self._links()
         position = None if after is None else (to_micros(after[0]), after[1])
-        return await reader.call(
-            _list, self.options.namespace, user_id, limit, position, to_micros(now)
-        )
+        return await self._reader.call(_list, self._ns, user_id, limit, position, to_micros(now))
 
     async def _purge_expired(self, now: datetime) -> int:
-        writer, _ = self._links()
-        return await writer.write(_purge_expired, self.options.namespace, to_micros(now))
+        return await self._writer.write(_purge_expired, self._ns, to_micros(now))
