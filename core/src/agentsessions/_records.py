@@ -32,6 +32,7 @@ __all__ = [
     "decode_events",
     "decode_record",
     "decode_summary",
+    "encode_record",
     "encode_cursor",
     "from_micros",
     "to_micros",
@@ -125,6 +126,16 @@ def decode_record(fields: Sequence[Any]) -> SessionRecord:
         None if expires is None else _when(expires),
         int(count),
     )
+
+
+def encode_record(record: SessionRecord, *, micros: bool = False) -> tuple[Any, ...]:
+    """*record*'s fields in its field order, for an engine's insert (`decode_record`'s
+    inverse); with *micros*, timestamps as `to_micros` integers."""
+    times: tuple[Any, ...] = (record.created_at, record.updated_at, record.expires_at)
+    if micros:
+        times = tuple(None if when is None else to_micros(when) for when in times)
+    head = (record.session_id, record.user_id, record.state, record.version)
+    return (*head, *times, record.event_count)
 
 
 def decode_summary(fields: Sequence[Any]) -> SessionSummary:

@@ -62,6 +62,7 @@ from ._records import (
     decode_record,
     decode_summary,
     encode_cursor,
+    encode_record,
     from_micros,
     to_micros,
 )
@@ -103,6 +104,7 @@ __all__ = [
     "decode_record",
     "decode_summary",
     "encode_cursor",
+    "encode_record",
     "from_micros",
     "hookimpl",
     "hookspec",

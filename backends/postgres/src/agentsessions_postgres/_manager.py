@@ -42,6 +42,7 @@ from agentsessions.backend import (
     SessionManager,
     SessionRecord,
     decode_events,
+    encode_record,
 )
 
 from ._options import DRIVER_QUERY_PARAMS, PostgresOptions, check_url
@@ -246,16 +247,7 @@ class PostgresSessionManager(SessionManager):
     # -- the contract -------------------------------------------------------------------
 
     async def _create(self, record: SessionRecord, now: datetime) -> None:
-        sql = self._sql
-        args = (
-            self._ns,
-            record.session_id,
-            record.user_id,
-            record.state,
-            record.version,
-            record.created_at,
-            record.expires_at,
-        )
+        sql, args = self._sql, (self._ns, *encode_record(record))
         async with self._connection() as connection:
             while True:
                 if await connection.fetchval(sql.insert_session, *args, timeout=self._remaining()):
@@ -281,17 +273,7 @@ class PostgresSessionManager(SessionManager):
             # upsert's WHERE false and returns no row. The row lock it takes keeps the
             # session invisible to others until the events are in too.
             replaced = await connection.fetchval(
-                sql.restore_session,
-                self._ns,
-                session_id,
-                record.user_id,
-                record.state,
-                record.version,
-                record.event_count,
-                record.created_at,
-                record.updated_at,
-                record.expires_at,
-                now,
+                sql.restore_session, self._ns, *encode_record(record), now
             )
             if replaced is None:
                 raise SessionExistsError(session_id)

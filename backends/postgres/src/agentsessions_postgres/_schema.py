@@ -217,18 +217,19 @@ class Statements:
     )
 
     # -- create --
-    # $1 ns, $2 id, $3 user, $4 state, $5 version, $6 created/updated, $7 expires
+    # $1 ns, then the record (encode_record): $2 id, $3 user, $4 state, $5 version,
+    # $6 created (now), $7 updated, $8 expires, $9 event count
     insert_session: str = """
         INSERT INTO {s}.agentsessions_sessions (namespace, session_id, user_id, state,
-            version, event_count, created_at, updated_at, expires_at)
-        VALUES ($1, $2, $3, $4::json, $5, 0, $6, $6, $7)
+            version, created_at, updated_at, expires_at, event_count)
+        VALUES ($1, $2, $3, $4::json, $5, $6, $7, $8, $9)
         ON CONFLICT (namespace, session_id) DO NOTHING
         RETURNING true
     """
     replace_expired: str = """
         UPDATE {s}.agentsessions_sessions
-        SET user_id = $3, state = $4::json, version = $5, event_count = 0,
-            created_at = $6, updated_at = $6, expires_at = $7, save_tokens = '{}',
+        SET user_id = $3, state = $4::json, version = $5, event_count = $9,
+            created_at = $6, updated_at = $7, expires_at = $8, save_tokens = '{}',
             first_position = 0
         WHERE namespace = $1 AND session_id = $2 AND expires_at <= $6
         RETURNING true
@@ -252,11 +253,10 @@ class Statements:
     """
 
     # -- restore: the record exactly as given, then its events, in one transaction --
-    # $1 ns, $2 id, $3 user, $4 state, $5 version, $6 event count, $7 created,
-    # $8 updated, $9 expires, $10 now
+    # $1 ns, $2..$9 the record as for a create, $10 now
     restore_session: str = """
         INSERT INTO {s}.agentsessions_sessions (namespace, session_id, user_id, state,
-            version, event_count, created_at, updated_at, expires_at)
+            version, created_at, updated_at, expires_at, event_count)
         VALUES ($1, $2, $3, $4::json, $5, $6, $7, $8, $9)
         ON CONFLICT (namespace, session_id) DO UPDATE SET
             user_id = excluded.user_id, state = excluded.state, version = excluded.version,

@@ -38,6 +38,7 @@ from agentsessions.backend import (
     decode_events,
     decode_record,
     decode_summary,
+    encode_record,
     to_micros,
 )
 
@@ -239,21 +240,7 @@ def _load(
 
 
 def _create(conn: sqlite3.Connection, namespace: str, record: SessionRecord, now: int) -> bool:
-    cursor = conn.execute(
-        _CREATE,
-        (
-            namespace,
-            record.session_id,
-            record.user_id,
-            record.state,
-            record.version,
-            to_micros(record.created_at),
-            to_micros(record.updated_at),
-            _optional_micros(record.expires_at),
-            record.event_count,
-            now,
-        ),
-    )
+    cursor = conn.execute(_CREATE, (namespace, *encode_record(record, micros=True), now))
     if cursor.rowcount == 0:
         return False
     # Either a fresh id (no events to delete: one index probe) or an expired session
