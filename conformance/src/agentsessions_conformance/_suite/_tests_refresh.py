@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 
-from agentsessions import Session, SessionManager
+from agentsessions import Event, Session, SessionManager
 from agentsessions.backend import LoadedSession
 
 from ._base import SuiteBase
@@ -189,3 +189,34 @@ class RefreshTests(SuiteBase):
         assert seen == [(3, [3, 4]), (4, [4, "r"])]
         assert _contents(await self.readback(manager, session_id)) == [0, 1, 2, 3, 4, "r", "mine"]
         await self.check_positions(manager, session_id, 7)
+
+    async def test_update_retry_sees_a_compacted_history(self, manager: SessionManager) -> None:
+        """When a compaction (which replaces the oldest events) lands between update()'s
+        load and save, and the history grows back past the old copy, the retry sees the
+        compacted history as stored, not the old copy extended."""
+        self.require(manager, "compaction")
+        session_id = self.new_id()
+        session = await manager.create(session_id)
+        for index in range(4):
+            session.add_event("user", index)
+        await manager.save(session)
+        rival = await self.variant(manager) if manager.capabilities.shared else manager
+        seen: list[list[object]] = []
+
+        async def fn(copy: Session) -> None:
+            seen.append([event.content for event in copy.events])
+            if len(seen) == 1:
+                other = await rival.get(session_id)
+                assert other is not None
+                summary = Event(author="summary", content="s")
+                await rival.compact(other, other.events[1].id, [summary])
+                for index in range(3):
+                    other.add_event("rival", f"r{index}")
+                await rival.save(other)
+            copy.add_event("user", "mine")
+
+        await manager.update(session_id, fn)
+        assert seen == [[0, 1, 2, 3], ["s", 2, 3, "r0", "r1", "r2"]]
+        assert _contents(await self.readback(manager, session_id)) == [
+            "s", 2, 3, "r0", "r1", "r2", "mine",
+        ]  # fmt: skip
