@@ -210,9 +210,12 @@ class RefreshTests(SuiteBase):
                 assert other is not None
                 summary = Event(author="summary", content="s")
                 await rival.compact(other, other.events[1].id, [summary])
+                # Appended through a fresh copy: it carries the lineage the store holds.
+                more = await rival.get(session_id)
+                assert more is not None
                 for index in range(3):
-                    other.add_event("rival", f"r{index}")
-                await rival.save(other)
+                    more.add_event("rival", f"r{index}")
+                await rival.save(more)
             copy.add_event("user", "mine")
 
         await manager.update(session_id, fn)
