@@ -29,7 +29,7 @@ from ._find import (
     stop_all,
 )
 from ._mongo import SECANTUS_SPEC, ensure_secantus, start_mongo
-from ._postgres import start_postgres
+from ._postgres import PostgresStandbyPair, start_postgres, start_postgres_pair
 from ._process import ManagedServer, ServerUnavailable, free_port
 from ._redis import start_redis, start_redis_cluster
 
@@ -39,6 +39,7 @@ __all__ = [
     "SECANTUS_SPEC",
     "Kind",
     "ManagedServer",
+    "PostgresStandbyPair",
     "ServerUnavailable",
     "ensure_secantus",
     "find",
@@ -49,6 +50,7 @@ __all__ = [
     "free_port",
     "start_mongo",
     "start_postgres",
+    "start_postgres_pair",
     "start_redis",
     "start_redis_cluster",
     "started_server",
