@@ -35,6 +35,7 @@ nox.options.sessions = [
     "tests",
     "conformance",
     "faults",
+    "ha",
     "dist",
     "docs",
     "lowest",
@@ -102,7 +103,12 @@ def tests(session: nox.Session) -> None:
     # tests/core/test_install.py builds a fresh venv with the uv nox itself uses.
     session.env.setdefault("AGENTSESSIONS_UV", shutil.which("uv") or nox.virtualenv.UV)
     session.run(
-        "pytest", "tests", "--ignore=tests/backends", "--ignore=tests/faults", *session.posargs
+        "pytest",
+        "tests",
+        "--ignore=tests/backends",
+        "--ignore=tests/faults",
+        "--ignore=tests/ha",
+        *session.posargs,
     )
 
 
@@ -127,6 +133,19 @@ def faults(session: nox.Session) -> None:
     """
     session.install(*TEST_DEPS, *_editable(*MEMBERS))
     session.run("pytest", "tests/faults", "-rA", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def ha(session: nox.Session) -> None:
+    """Failover drills: a primary killed under load, on deployments this run starts.
+
+    Redis: a primary, a replica and three Sentinels; PostgreSQL: a primary and a
+    streaming standby. Prints, per drill, writes attempted and acknowledged,
+    acknowledged writes lost, time until writes succeed again and the error types seen.
+    """
+    members = ["core", "conformance", *(f"backends/{name}" for name in BACKENDS[1:]), TESTSERVERS]
+    session.install(*TEST_DEPS, *_editable(*members))
+    session.run("pytest", "tests/ha", "-rA", *session.posargs)
 
 
 @nox.session

@@ -374,6 +374,21 @@ class PostgresStandbyPair(ProcessServer):
             log_path=self.standby.log_path,
         )
 
+    def walsender_pids(self) -> list[int]:
+        """PIDs of the primary's WAL senders (children named so): for stalling replication."""
+        pid = self.primary.pid
+        if pid is None:
+            return []
+        found = []
+        for child in _children_of(pid):
+            try:
+                with open(f"/proc/{child}/cmdline", "rb") as cmdline:
+                    if b"walsender" in cmdline.read():
+                        found.append(child)
+            except OSError:
+                continue
+        return found
+
     def kill_primary(self) -> None:
         """SIGKILL the primary and its backends (by PID): a crash, not a shutdown.
 
@@ -384,10 +399,11 @@ class PostgresStandbyPair(ProcessServer):
             pid = self.primary.pid
             if pid is None or not self.primary.is_running():
                 return
-            for doomed in (pid, *_children_of(pid)):
+            backends = _children_of(pid)
+            self.primary.kill()
+            for doomed in backends:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(doomed, signal.SIGKILL)
-            self.primary.stop()  # reaps it: already dead, so no signal is waited on
 
     def promote(self, timeout: float = 30.0) -> None:
         """``pg_ctl promote --wait``: the standby ends recovery and accepts writes."""
