@@ -8,9 +8,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from rich.console import Console
-
-from .._errors import (
+from agentsessions import (
     BackendAuthenticationError,
     BackendConflictError,
     BackendPluginError,
@@ -21,6 +19,7 @@ from .._errors import (
     SessionNotFoundError,
     UnknownBackendError,
 )
+from rich.console import Console
 
 __all__ = [
     "EXIT_AUTHENTICATION",
