@@ -136,6 +136,7 @@ class TestPostgresMultiHostConformance(SessionManagerTests):
             await connection.close()
 
     async def raw_inventory(self, manager: SessionManager, session_id: str) -> Inventory:
+        # As tests/backends/postgres/test_postgres_conformance.py reads it.
         assert isinstance(manager, PostgresSessionManager)
         schema = quote_ident(manager.options.schema)
         key = (manager.options.namespace, session_id)
@@ -144,10 +145,17 @@ class TestPostgresMultiHostConformance(SessionManagerTests):
             records = await connection.fetchval(
                 f"SELECT count(*) FROM {schema}.agentsessions_sessions {where}", *key
             )
+            first = await connection.fetchval(
+                f"SELECT first_position FROM {schema}.agentsessions_sessions {where}", *key
+            )
             rows = await connection.fetch(
                 f"SELECT position FROM {schema}.agentsessions_events {where}", *key
             )
-        return Inventory(records=records, events=[row[0] for row in rows])
+            archived = await connection.fetchval(
+                f"SELECT count(*) FROM {schema}.agentsessions_archive {where}", *key
+            )
+        base = first or 0
+        return Inventory(records=records, events=[row[0] - base for row in rows], archived=archived)
 
 
 async def test_multi_host_url_writes_to_the_primary(shared_pair: PostgresStandbyPair) -> None:
