@@ -13,7 +13,7 @@ import inspect
 import random
 import secrets
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
@@ -45,11 +45,13 @@ from ._loops import LoopLock, PerLoop
 from ._models import Event, Session, SessionPage, SessionSummary
 from ._records import (
     Capabilities,
+    CompactRequest,
     EventRecord,
     LoadedSession,
     SaveRequest,
     SessionRecord,
     decode_cursor,
+    decode_events,
     encode_cursor,
     encode_event,
 )
@@ -638,6 +640,116 @@ class SessionManager(abc.ABC):
         session.updated_at = now
         loaded.saved(session, new_version, keep_in_window)
 
+    async def compact(
+        self,
+        session: Session,
+        through_event_id: str,
+        replacement: Sequence[Event],
+        *,
+        archive: bool = False,
+    ) -> None:
+        """Replace the events up to and including *through_event_id* with *replacement*.
+
+        The store deletes that prefix of the history and puts *replacement* (typically
+        one summary event) in its place, atomically and version-checked like a save:
+        `SessionConflictError` if another write landed since *session* was loaded, and
+        nothing is written. It costs what is replaced plus what is written, never what
+        stays, and the replaced events are never read: *session* may be loaded with
+        ``last_events`` as long as its events include *through_event_id* (the events
+        after it are what the store keeps, so duplicate ids are caught before any I/O).
+
+        ``archive=True`` keeps the replaced events in the backend's archive of the
+        session (a separate table, key or collection, erased with the session), read
+        back with `archived_events`. State is not written: changes to ``session.state``
+        stay pending for the next `save`. Events added to *session* since its load must
+        be saved first (`InvalidInputError`). On success *session* holds the whole
+        compacted history (``replacement`` then the kept events), at the new version.
+
+        Raises `NotImplementedError` on a backend without compaction
+        (``capabilities.compaction``).
+        """
+        if not isinstance(session, Session):
+            raise InvalidInputError(f"compact() takes a Session, not {type(session).__name__}")
+        session_id = validate_id(session.session_id)
+        validate_id(through_event_id, "through_event_id")
+        if type(archive) is not bool:
+            raise InvalidInputError(f"archive must be a bool, not {archive!r}")
+        given: object = replacement  # checked: callers without a type checker pass anything
+        if isinstance(given, (str, bytes, Event)) or not isinstance(given, Sequence):
+            raise InvalidInputError(
+                f"replacement must be a sequence of Event, not {type(given).__name__}"
+            )
+        if not self.capabilities.compaction:
+            raise NotImplementedError(f"{type(self).__name__} does not implement compaction")
+        loaded = self._tracking_of(session)
+        if loaded is None:
+            raise InvalidInputError(
+                f"session {session_id!r} was not loaded by a manager: compact() needs the "
+                "version and position of its events; get() it first"
+            )
+        window = session.events
+        if (
+            not isinstance(window, list)
+            or loaded.unchanged_prefix(window) != len(loaded.events)
+            or len(window) != len(loaded.events)
+        ):
+            raise InvalidInputError(
+                f"session {session_id!r} has unsaved changes to its events: save() it "
+                "before compacting"
+            )
+        cut = next(
+            (index for index, event in enumerate(loaded.events) if event.id == through_event_id),
+            None,
+        )
+        if cut is None:
+            where = "the events loaded" if loaded.partial else "the session"
+            raise InvalidInputError(
+                f"session {session_id!r}: no event with id {through_event_id!r} in {where} "
+                "(load it with enough last_events to include the cut)"
+            )
+        kept = loaded.events[cut + 1 :]
+        new_events = _encode_events(list(replacement), 0, 0, {event.id for event in kept})
+        self._check_event_sizes(new_events, 0)
+        replaced = loaded.offset + cut + 1
+        async with _deadline.call(self, "compact"):
+            await self._ready()
+            now = self.clock.now()
+            request = CompactRequest(
+                session_id=session_id,
+                expected_version=loaded.version,
+                version=loaded.version + 1,
+                updated_at=now,
+                expires_at=self._expiry(now),
+                stored_event_count=loaded.offset + len(loaded.events),
+                replaced=replaced,
+                new_events=new_events,
+                archive=archive,
+                token=new_token(),
+            )
+            await self._compact(request, now)
+        session.events = [*replacement, *kept]
+        session.version = request.version
+        session.updated_at = now
+        mark_loaded(session)
+
+    async def archived_events(self, session_id: str, *, user_id: str | None = None) -> list[Event]:
+        """The events that `compact` with ``archive=True`` removed from *session_id*,
+        oldest compaction first, each in its original order; empty if none were archived.
+        """
+        validate_id(session_id)
+        _optional_id(user_id, "user_id")
+        if not self.capabilities.compaction:
+            raise NotImplementedError(f"{type(self).__name__} does not implement compaction")
+        async with _deadline.call(self, "archived_events"):
+            await self._ready()
+            now = self.clock.now()
+            if user_id is not None:
+                loaded = await self._load(session_id, 0, now)
+                if loaded is not None and loaded.record.user_id != user_id:
+                    raise SessionOwnershipError(session_id, user_id)
+            texts = await self._archived(session_id, now)
+        return decode_events(texts)
+
     def _encode_state(self, state: object) -> str:
         """The state as stored JSON text, after every check; raises before any I/O."""
         if type(state) is not dict:
@@ -1061,6 +1173,50 @@ class SessionManager(abc.ABC):
         Raises:
             BackendUnavailableError: the engine failed.
         """
+
+    async def _compact(self, request: CompactRequest, now: datetime) -> None:
+        """Apply one compaction atomically: all of it, or nothing (see `CompactRequest`).
+
+        Only if the stored version is still ``request.expected_version``: optionally
+        archive, then delete, the oldest ``request.replaced`` events, put
+        ``request.new_events`` before the rest, and write the new version, timestamps
+        and event count, keeping the stored state, ``user_id`` and ``created_at``. It
+        must cost O(replaced + new events) whatever the history's length (a range
+        delete plus inserts; no rewrite of the events that stay), and later saves,
+        ``last_events`` loads and listings must see the compacted history as if it had
+        been saved that way. A concurrent reader sees it before or after, never between.
+
+        Backends that implement it set ``capabilities.compaction``; the default raises
+        `NotImplementedError` (`compact` checks the capability first).
+
+        Args:
+            request: what to write, already encoded and checked by `compact`.
+            now: the clock reading of this call; an expired session counts as absent.
+
+        Raises:
+            SessionConflictError: the stored version differs from
+                ``request.expected_version``; nothing was written.
+            SessionNotFoundError: no live session has the id; nothing was written.
+            BackendUnavailableError: the engine failed. Raise it only if the compaction
+                did not land, or say in the message that its outcome is unknown.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not implement compaction")
+
+    async def _archived(self, session_id: str, now: datetime) -> list[str]:
+        """The archived event texts of *session_id* (see `CompactRequest`), oldest first.
+
+        Args:
+            session_id: a validated id (ownership, when asked for, was checked first).
+            now: the clock reading of this call; an expired session's archive is empty.
+
+        Returns:
+            The JSON texts of every event archived by a compaction of the session, in
+            the order of the compactions and, within one, of the events' positions.
+
+        Raises:
+            BackendUnavailableError: the engine failed.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not implement compaction")
 
     async def _purge_expired(self, now: datetime) -> int:
         """Delete the sessions (and their events) that expired at *now*.

@@ -52,6 +52,7 @@ from ._manager import (
 from ._records import (
     TOKENS_KEPT,
     Capabilities,
+    CompactRequest,
     EventRecord,
     LoadedSession,
     SaveRequest,
@@ -61,6 +62,7 @@ from ._records import (
     decode_record,
     decode_summary,
     encode_cursor,
+    encode_record,
     from_micros,
     to_micros,
 )
@@ -82,6 +84,7 @@ __all__ = [
     "PERCENT_ENCODING_HINT",
     "BackendSpec",
     "Capabilities",
+    "CompactRequest",
     "ErrorRule",
     "EventRecord",
     "LoadedSession",
@@ -101,6 +104,7 @@ __all__ = [
     "decode_record",
     "decode_summary",
     "encode_cursor",
+    "encode_record",
     "from_micros",
     "hookimpl",
     "hookspec",

@@ -33,6 +33,7 @@ from agentsessions import (
 )
 from agentsessions.backend import (
     Capabilities,
+    CompactRequest,
     ErrorRule,
     EventRecord,
     LoadedSession,
@@ -41,11 +42,13 @@ from agentsessions.backend import (
     SessionManager,
     SessionRecord,
     decode_events,
+    encode_record,
 )
 
 from ._options import DRIVER_QUERY_PARAMS, PostgresOptions, check_url
 from ._schema import (
     LATEST_VERSION,
+    compact_statement,
     list_statement,
     migrate,
     save_statement,
@@ -120,7 +123,9 @@ class PostgresSessionManager(SessionManager):
     Options: ClassVar[type[ManagerOptions]] = PostgresOptions
     driver_errors = _DRIVER_ERRORS
     driver_query_params: ClassVar[frozenset[str]] = DRIVER_QUERY_PARAMS
-    capabilities = Capabilities(persistent=True, shared=True, ttl=True, namespaces=True)
+    capabilities = Capabilities(
+        persistent=True, shared=True, ttl=True, namespaces=True, compaction=True
+    )
     db_system = "postgresql"
     default_port = 5432
 
@@ -242,16 +247,7 @@ class PostgresSessionManager(SessionManager):
     # -- the contract -------------------------------------------------------------------
 
     async def _create(self, record: SessionRecord, now: datetime) -> None:
-        sql = self._sql
-        args = (
-            self._ns,
-            record.session_id,
-            record.user_id,
-            record.state,
-            record.version,
-            record.created_at,
-            record.expires_at,
-        )
+        sql, args = self._sql, (self._ns, *encode_record(record))
         async with self._connection() as connection:
             while True:
                 if await connection.fetchval(sql.insert_session, *args, timeout=self._remaining()):
@@ -261,6 +257,7 @@ class PostgresSessionManager(SessionManager):
                 async with self._transaction(connection):
                     if await connection.fetchval(sql.replace_expired, *args):
                         await connection.execute(sql.delete_events, self._ns, record.session_id)
+                        await connection.execute(sql.delete_archive, self._ns, record.session_id)
                         return
                     if await connection.fetchval(sql.session_exists, self._ns, record.session_id):
                         raise SessionExistsError(record.session_id)
@@ -276,22 +273,13 @@ class PostgresSessionManager(SessionManager):
             # upsert's WHERE false and returns no row. The row lock it takes keeps the
             # session invisible to others until the events are in too.
             replaced = await connection.fetchval(
-                sql.restore_session,
-                self._ns,
-                session_id,
-                record.user_id,
-                record.state,
-                record.version,
-                record.event_count,
-                record.created_at,
-                record.updated_at,
-                record.expires_at,
-                now,
+                sql.restore_session, self._ns, *encode_record(record), now
             )
             if replaced is None:
                 raise SessionExistsError(session_id)
             if replaced:
                 await connection.execute(sql.delete_events, self._ns, session_id)
+                await connection.execute(sql.delete_archive, self._ns, session_id)
             if events:
                 await connection.execute(
                     sql.restore_events, self._ns, session_id, [event.data for event in events]
@@ -354,6 +342,40 @@ class PostgresSessionManager(SessionManager):
             record.session_id, request.expected_version, f"stored version is {outcome}"
         )
 
+    async def _compact(self, request: CompactRequest, now: datetime) -> None:
+        sql = compact_statement(self.options.schema, archive=request.archive)
+        args: list[Any] = [
+            self._ns,
+            request.session_id,
+            request.expected_version,
+            now,
+            request.version,
+            request.updated_at,
+            request.expires_at,
+            request.event_count,
+            request.token,
+            request.replaced - len(request.new_events),
+            [event.data for event in request.new_events],
+        ]
+        if request.archive:
+            args.append(request.replaced)
+        async with self._connection() as connection:
+            for _ in range(_SAVE_ATTEMPTS):
+                outcome = await connection.fetchval(sql, *args, timeout=self._remaining())
+                if outcome != request.expected_version:
+                    break
+        if outcome == 0:
+            return
+        if outcome == -1:
+            raise SessionNotFoundError(request.session_id)
+        raise SessionConflictError(
+            request.session_id, request.expected_version, f"stored version is {outcome}"
+        )
+
+    async def _archived(self, session_id: str, now: datetime) -> list[str]:
+        rows = await self._read(self._sql.load_archive, self._ns, session_id, now)
+        return list(rows[0][0]) if rows and rows[0][0] else []
+
     async def _delete(self, session_id: str, now: datetime) -> bool:
         # Two statements in one transaction, not one: the events delete must run after
         # the session row is locked and gone, with a fresh snapshot, or a save that
@@ -364,6 +386,7 @@ class PostgresSessionManager(SessionManager):
             if live is None:
                 return False
             await connection.execute(sql.delete_events, self._ns, session_id)
+            await connection.execute(sql.delete_archive, self._ns, session_id)
         return bool(live)
 
     async def _delete_user(self, user_id: str, now: datetime) -> int:
@@ -372,9 +395,9 @@ class PostgresSessionManager(SessionManager):
             rows = await connection.fetch(sql.delete_user_sessions, self._ns, user_id, now)
             if not rows:
                 return 0
-            await connection.execute(
-                sql.delete_events_of, self._ns, [row["session_id"] for row in rows]
-            )
+            ids = [row["session_id"] for row in rows]
+            await connection.execute(sql.delete_events_of, self._ns, ids)
+            await connection.execute(sql.delete_archive_of, self._ns, ids)
         return sum(1 for row in rows if row["live"])
 
     async def _list(
@@ -405,6 +428,7 @@ class PostgresSessionManager(SessionManager):
                 ]
                 if ids:
                     await connection.execute(sql.delete_events_of, self._ns, ids)
+                    await connection.execute(sql.delete_archive_of, self._ns, ids)
             purged += len(ids)
             if len(ids) < PURGE_BATCH:
                 return purged

@@ -79,6 +79,22 @@ MIGRATIONS: list[Sequence[str]] = [
     # Idempotent saves: the tokens of the session's latest saves, newest first, 32 hex
     # characters each (see SaveRequest).
     ("ALTER TABLE agentsessions_sessions ADD COLUMN save_tokens TEXT NOT NULL DEFAULT ''",),
+    # Compaction: a session's first event is at position first_position, so replacing a
+    # prefix deletes and inserts only that prefix instead of renumbering what stays; the
+    # archive keeps what a compaction asked to keep, keyed by the version it replaced.
+    (
+        "ALTER TABLE agentsessions_sessions ADD COLUMN first_position INTEGER NOT NULL DEFAULT 0",
+        """
+        CREATE TABLE agentsessions_archive (
+            namespace  TEXT    NOT NULL,
+            session_id TEXT    NOT NULL,
+            version    INTEGER NOT NULL,
+            position   INTEGER NOT NULL,
+            data       TEXT    NOT NULL,
+            PRIMARY KEY (namespace, session_id, version, position)
+        ) WITHOUT ROWID
+        """,
+    ),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
