@@ -115,6 +115,8 @@ class LoadedState:
     # The save last sent whose outcome is unknown (it failed ambiguously): re-sent,
     # token and all, when the session is saved again unchanged.
     pending: SaveRequest | None = None
+    # What `pending` was sent as: the same request, or its sealed form when encrypting.
+    sent: SaveRequest | None = None
 
     def owned_by(self, session: Session) -> bool:
         """Whether this is *session*'s own tracking (not that of the object it was copied from)."""

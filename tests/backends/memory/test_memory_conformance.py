@@ -1,4 +1,4 @@
-"""The kit runs green on the reference backend."""
+"""The kit runs green on the reference backend, without and with encryption."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 import pytest_asyncio
 from agentsessions import MemorySessionManager, SessionManager
 from agentsessions_conformance import Inventory, SessionManagerTests, memory_inventory
+from encryption_params import make_keyring
 
 
 class TestMemoryConformance(SessionManagerTests):
@@ -19,3 +20,12 @@ class TestMemoryConformance(SessionManagerTests):
 
     async def raw_inventory(self, manager: SessionManager, session_id: str) -> Inventory:
         return memory_inventory(manager, session_id)
+
+
+class TestMemoryEncryptedConformance(TestMemoryConformance):
+    @pytest_asyncio.fixture
+    async def manager(self) -> AsyncIterator[SessionManager]:
+        manager = MemorySessionManager(f"memory://kit-{uuid.uuid4().hex}")
+        manager.encryption = make_keyring()
+        async with manager:
+            yield manager
