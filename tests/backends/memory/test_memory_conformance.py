@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import pytest_asyncio
 from agentsessions import MemorySessionManager, SessionManager
 from agentsessions_conformance import Inventory, SessionManagerTests, memory_inventory
-from encryption_params import make_keyring
+from encryption_params import assert_no_plaintext, make_keyring, write_secrets
 
 
 class TestMemoryConformance(SessionManagerTests):
@@ -29,3 +29,12 @@ class TestMemoryEncryptedConformance(TestMemoryConformance):
         manager.encryption = make_keyring()
         async with manager:
             yield manager
+
+
+async def test_memory_storage_holds_no_plaintext() -> None:
+    manager = MemorySessionManager(f"memory://raw-{uuid.uuid4().hex}")
+    manager.encryption = make_keyring()
+    ids = await write_secrets(manager)
+    stored = manager._store.spaces[""]
+    raw = repr({sid: (s.record, s.events) for sid, s in stored.items()})
+    assert_no_plaintext(raw, ids)

@@ -1,4 +1,5 @@
-"""The conformance kit against MongoDB (SecantusDB here), one fresh namespace per test."""
+"""The conformance kit against MongoDB (SecantusDB here), one fresh namespace per test;
+again with encryption on."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest_asyncio
 from agentsessions import SessionManager
 from agentsessions_conformance import Inventory, SessionManagerTests
 from agentsessions_mongo import MongoSessionManager
+from encryption_params import make_keyring
 from pymongo.asynchronous.database import AsyncDatabase
 
 pytestmark = pytest.mark.mongo
@@ -34,3 +36,11 @@ class TestMongoConformance(SessionManagerTests):
         records = await self.raw_db[f"{prefix}sessions"].count_documents({"_id": session_id})
         cursor = self.raw_db[f"{prefix}events"].find({"session": session_id}, {"pos": 1})
         return Inventory(records=records, events=[doc["pos"] async for doc in cursor])
+
+
+class TestMongoEncryptedConformance(TestMongoConformance):
+    @pytest_asyncio.fixture
+    async def manager(self, make_manager: ManagerFactory) -> AsyncIterator[SessionManager]:
+        manager = await make_manager()
+        manager.encryption = make_keyring()
+        yield manager
