@@ -647,7 +647,9 @@ class SessionManager(abc.ABC):
         return [
             EventRecord(
                 record.position,
-                keyring.seal_event(namespace, session_id, events[start + index], record.position),
+                keyring.seal_event(
+                    namespace, session_id, events[start + index], record.position, record.data
+                ),
             )
             for index, record in enumerate(records)
         ]

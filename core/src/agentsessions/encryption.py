@@ -49,7 +49,7 @@ except ImportError as exc:  # pragma: no cover - exercised by installs without t
 
 from ._errors import InvalidOptionError, SessionDecryptionError
 from ._models import Event
-from ._records import to_micros
+from ._records import decode_events, to_micros
 from ._sealed import MARKER
 from ._sealed import envelope_of as _envelope_of
 from ._sealed import envelope_of_text as _envelope_of_text
@@ -301,10 +301,21 @@ class Keyring:
             raise SessionDecryptionError(session_id, "state", _NOT_ENCRYPTED)
         return self._open(namespace, session_id, envelope, _STATE_AAD, "state").decode()
 
-    def seal_event(self, namespace: str, session_id: str, event: Event, position: int) -> str:
-        """The stored JSON text of *event* at *position*: content and metadata sealed."""
+    def seal_event(
+        self,
+        namespace: str,
+        session_id: str,
+        event: Event,
+        position: int,
+        encoded: str | None = None,
+    ) -> str:
+        """The stored JSON text of *event* at *position*: content and metadata sealed.
+
+        *encoded* is the event's own JSON (``event.model_dump_json()``), if already made:
+        the whole of it is sealed, so a read decodes every event in one pass.
+        """
         fields = event.__dict__
-        plaintext = pydantic_core.to_json([fields["content"], fields["metadata"]])
+        plaintext = (event.model_dump_json() if encoded is None else encoded).encode()
         aad = _event_aad(position, fields["id"], fields["author"], fields["timestamp"])
         sealed = Event.model_construct(
             id=fields["id"],
@@ -319,37 +330,44 @@ class Keyring:
         self, namespace: str, session_id: str, events: list[Event], first_position: int
     ) -> list[Event]:
         """The events a backend loaded (*first_position* being that of ``events[0]``),
-        their content and metadata decrypted."""
-        opened: list[Event] = []
+        decrypted: each one authenticated against its place and clear fields."""
+        if not events:
+            return events
         plaintexts: list[bytes] = []
-        sealed_at: list[int] = []
+        unencrypted: list[int] = []
+        aeads: dict[str, AESGCM] = {}
         for index, event in enumerate(events):
-            position = first_position + index
-            envelope = _envelope_of(event.metadata) if event.content is None else None
-            if envelope is None:
-                if not self.accept_plaintext:
-                    raise SessionDecryptionError(
-                        session_id, _event_part(position, event), _NOT_ENCRYPTED
-                    )
-                opened.append(event)
-                continue
-            aad = _event_aad(position, event.id, event.author, event.timestamp)
-            part = _event_part(position, event)
-            plaintexts.append(self._open(namespace, session_id, envelope, aad, part))
-            sealed_at.append(index)
-            opened.append(event)
-        if not plaintexts:
-            return opened
-        pairs = pydantic_core.from_json(b"[" + b",".join(plaintexts) + b"]")
-        for index, (content, metadata) in zip(sealed_at, pairs, strict=True):
-            event = opened[index]
-            opened[index] = Event.model_construct(
-                id=event.id,
-                author=event.author,
-                content=content,
-                timestamp=event.timestamp,
-                metadata=metadata,
+            metadata = event.metadata
+            envelope = (
+                metadata.get(MARKER) if event.content is None and len(metadata) == 1 else None
             )
+            position = first_position + index
+            if type(envelope) is not str:
+                if envelope is not None or not self.accept_plaintext:
+                    problem = "holds a malformed ciphertext" if envelope else _NOT_ENCRYPTED
+                    raise SessionDecryptionError(session_id, _event_part(position, event), problem)
+                unencrypted.append(index)
+                continue
+            key_id, _, text = envelope.partition(":")
+            aead = aeads.get(key_id)
+            if aead is None:
+                part = _event_part(position, event)
+                aead = aeads[key_id] = self._aead(key_id, namespace, session_id, part)
+            try:
+                blob = binascii.a2b_base64(text)
+                aad = _event_aad(position, event.id, event.author, event.timestamp)
+                plaintexts.append(aead.decrypt(blob[:_NONCE_BYTES], blob[_NONCE_BYTES:], aad))
+            except (InvalidTag, binascii.Error, ValueError):
+                raise SessionDecryptionError(
+                    session_id,
+                    _event_part(position, event),
+                    f"the ciphertext (key {key_id!r}) does not authenticate: it was altered, "
+                    "or copied from another session, position or namespace",
+                    key_id,
+                ) from None
+        opened = decode_events(plaintexts)
+        for index in unencrypted:
+            opened.insert(index, events[index])
         return opened
 
     def stale_parts(self, state: str, events: list[Event]) -> int:
@@ -368,6 +386,7 @@ class Keyring:
 
 
 _STATE_AAD = pydantic_core.to_json([_VERSION, "state"])
+_EVENT_AAD = f"{_VERSION}/event/".encode()
 _NOT_ENCRYPTED = (
     "is stored unencrypted, and the keyring does not accept plaintext (written before "
     "encryption was turned on? Keyring(..., accept_plaintext=True) reads it until "
@@ -376,8 +395,10 @@ _NOT_ENCRYPTED = (
 
 
 def _event_aad(position: int, event_id: str, author: str, timestamp: Any) -> bytes:
-    micros = to_micros(timestamp)
-    return pydantic_core.to_json([_VERSION, "event", position, event_id, author, micros])
+    # The id's length first, so that no id/author split reads as another.
+    name = event_id.encode()
+    prefix = b"%d/%d/%d/" % (position, to_micros(timestamp), len(name))
+    return _EVENT_AAD + prefix + name + author.encode()
 
 
 def _event_part(position: int, event: Event) -> str:
