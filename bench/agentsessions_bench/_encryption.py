@@ -110,7 +110,7 @@ async def _timed(
 
 
 async def _one_round(
-    engine: str, url: str, workdir: Path, turns: int, reads: int
+    engine: str, url: str, workdir: Path, turns: int, reads: int, histories: tuple[int, int]
 ) -> dict[str, dict[str, dict[str, float]]]:
     round_dir = workdir / f"round-{os.urandom(4).hex()}"
     round_dir.mkdir(parents=True)
@@ -129,10 +129,10 @@ async def _one_round(
             opened.append(store)
             sessions[name] = [new_session_id(f"enc-{name}") for _ in range(_SESSIONS)]
             for session_id in sessions[name]:
-                await store.create(session_id, TURN_HISTORY)
+                await store.create(session_id, histories[0])
                 await store.turn(session_id, None)  # warm-up, untimed
             big[name] = new_session_id(f"enc-big-{name}")
-            await store.create(big[name], READ_HISTORY)
+            await store.create(big[name], histories[1])
             await _read(store, big[name])  # warm-up, untimed
         _quiet_gc()
 
@@ -168,9 +168,16 @@ async def _one_round(
 
 
 async def measure_encryption(
-    urls: dict[str, str], config: Config, workdir: Path, log: Log | None = None
+    urls: dict[str, str],
+    config: Config,
+    workdir: Path,
+    log: Log | None = None,
+    histories: tuple[int, int] = (TURN_HISTORY, READ_HISTORY),
 ) -> list[dict[str, Any]]:
-    """Per engine (SQLite, PostgreSQL), case and arm: median wall ms and CPU µs, over rounds."""
+    """Per engine (SQLite, PostgreSQL), case and arm: median wall ms and CPU µs, over rounds.
+
+    *histories*: the events of a turn's session and of the read-alone session.
+    """
     turns = max(20, config.overhead_turns // 3)
     reads = max(4, config.ops)
     rows: list[dict[str, Any]] = []
@@ -179,7 +186,7 @@ async def measure_encryption(
         if url is None:
             continue
         rounds = [
-            await _one_round(engine, url, workdir, turns, reads)
+            await _one_round(engine, url, workdir, turns, reads, histories)
             for _ in range(config.overhead_rounds)
         ]
         for case, count in (("turn", turns), ("read", reads)):
@@ -190,7 +197,7 @@ async def measure_encryption(
                         "case": case,
                         "arm": arm,
                         "store": ARMS[arm],
-                        "history": TURN_HISTORY if case == "turn" else READ_HISTORY,
+                        "history": histories[0] if case == "turn" else histories[1],
                         "ops": count,
                         "rounds": len(rounds),
                         "wall_ms": statistics.median(r[case][arm]["wall"] for r in rounds) * 1e3,

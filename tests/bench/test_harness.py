@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import agentsessions_bench as bench
 import pytest
@@ -115,3 +116,21 @@ async def test_the_instrumentation_case_times_both_arms_and_renders() -> None:
     lines = render_instrumentation([row])
     assert lines[0] == "### Instrumentation overhead"
     assert any(line.startswith("| memory |") for line in lines)
+
+
+async def test_the_encryption_case_times_every_arm_and_renders(tmp_path: Path) -> None:
+    from agentsessions_bench._encryption import measure_encryption, render_encryption
+
+    config = dataclasses.replace(TINY, overhead_rounds=1, overhead_turns=3, ops=2)
+    urls = {"sqlite": f"sqlite:///{tmp_path / 'unused.db'}"}
+    rows = await measure_encryption(urls, config, tmp_path / "work", histories=(4, 9))
+    arms = {(row["case"], row["arm"]) for row in rows}
+    assert arms == {
+        (case, arm)
+        for case in ("turn", "read")
+        for arm in ("plain", "encrypted", "sdk", "sdk_encrypted")
+    }
+    assert all(row["wall_ms"] > 0 and row["cpu_us"] >= 0 for row in rows)
+    lines = render_encryption(rows)
+    assert any("| agentsessions, encryption on |" in line for line in lines)
+    assert any("full read of 9 events | OpenAI EncryptedSession" in line for line in lines)
