@@ -15,6 +15,7 @@ instead; an interpreter that is not installed is skipped, never downloaded (pass
 
 from __future__ import annotations
 
+import configparser
 import os
 import shutil
 import tarfile
@@ -35,6 +36,7 @@ nox.options.sessions = [
     "tests",
     "conformance",
     "faults",
+    "ha",
     "dist",
     "docs",
     "lowest",
@@ -55,10 +57,13 @@ PYTHON = _pythons(os.environ.get("AGENTSESSIONS_NOX_PYTHON", ""))
 BACKENDS = ("memory", "sqlite", "postgres", "redis", "mongo")
 # Finds or starts the database servers; every session that runs tests needs it.
 TESTSERVERS = "tools/testservers"
-# Core with the command line, its framework extras and OpenTelemetry: type-checked and
-# tested against them. The bench package brings the `bench` verb and its smoke test.
+# Core with its framework extras and OpenTelemetry, and the command line (cli/, which the
+# cli extra requires: listed so that it comes from this tree, not from an index): type-
+# checked and tested against them. The bench package brings the `bench` verb and its
+# smoke test.
 MEMBERS = (
     "core[cli,openai-agents,adk,otel,encryption]",
+    "cli",
     "conformance",
     *(f"backends/{name}" for name in BACKENDS[1:]),
     "bench",
@@ -133,6 +138,19 @@ def faults(session: nox.Session) -> None:
     session.run("pytest", "tests/faults", "-rA", *session.posargs)
 
 
+@nox.session(python=PYTHON)
+def ha(session: nox.Session) -> None:
+    """Failover drills: a primary killed under load, on deployments this run starts.
+
+    Redis: a primary, a replica and three Sentinels; PostgreSQL: a primary and a
+    streaming standby. Prints, per drill, writes attempted and acknowledged,
+    acknowledged writes lost, time until writes succeed again and the error types seen.
+    """
+    members = ["core", "conformance", *(f"backends/{name}" for name in BACKENDS[1:]), TESTSERVERS]
+    session.install(*TEST_DEPS, *_editable(*members))
+    session.run("pytest", "tests/ha", "-rA", *session.posargs)
+
+
 @nox.session
 def bench(session: nox.Session) -> None:
     """Benchmarks against the raw drivers and the OpenAI SDK / Google ADK stores (~11 min).
@@ -155,6 +173,7 @@ def bench(session: nox.Session) -> None:
 # sources against this list); other workspace members (test tooling) are not published.
 DISTRIBUTIONS = (
     "agentsessions",
+    "agentsessions-cli",
     "agentsessions-conformance",
     "agentsessions-sqlite",
     "agentsessions-postgres",
@@ -177,9 +196,20 @@ def _check_license(archive: Path, names: list[str], read: Callable[[str], bytes]
             raise RuntimeError(f"{archive.name}: {name} differs from the repository's LICENSE")
 
 
+def _console_scripts(names: list[str], read: Callable[[str], bytes]) -> set[str]:
+    found = [name for name in names if name.endswith(".dist-info/entry_points.txt")]
+    if not found:
+        return set()
+    parser = configparser.ConfigParser()
+    parser.read_string(read(found[0]).decode("utf-8"))
+    return set(parser["console_scripts"]) if parser.has_section("console_scripts") else set()
+
+
 def check_built(out: Path) -> tuple[list[Path], list[Path]]:
     """Check what `uv build` made in *out*: one sdist and one wheel per distribution, each
-    holding the LICENSE (the wheel in its ``.dist-info/licenses``). Returns (wheels, sdists).
+    holding the LICENSE (the wheel in its ``.dist-info/licenses``), and the `agentsessions`
+    script declared by the command line's wheel alone (the library's never installs it).
+    Returns (wheels, sdists).
     """
     wheels = sorted(out.glob("*.whl"))
     sdists = sorted(out.glob("*.tar.gz"))
@@ -194,6 +224,15 @@ def check_built(out: Path) -> tuple[list[Path], list[Path]]:
             _check_license(wheel, names, archive.read)
             if not any(".dist-info/licenses/LICENSE" in name for name in names):
                 raise RuntimeError(f"{wheel.name}: LICENSE is not in .dist-info/licenses")
+            scripts = _console_scripts(names, archive.read)
+            expected_scripts = (
+                {"agentsessions"} if wheel.name.startswith("agentsessions_cli-") else set()
+            )
+            if scripts != expected_scripts:
+                raise RuntimeError(
+                    f"{wheel.name}: console scripts {sorted(scripts)}, "
+                    f"expected {sorted(expected_scripts)}"
+                )
     for sdist in sdists:
         with tarfile.open(sdist) as archive:
             members = archive.getnames()
@@ -256,6 +295,8 @@ def dist(session: nox.Session) -> None:
     with session.chdir(work):
         # Imported from the wheels, not from this checkout.
         session.run(python, "-c", _FROM_WHEELS, str(venv), external=True)
+        # The command from the cli wheel, with the kit's verb from the kit's wheel.
+        session.run(str(venv / "bin" / "agentsessions"), "conformance", "--help", external=True)
         for url in ("memory://", f"sqlite:///{work / 'kit.db'}"):
             session.run(
                 python,
@@ -278,8 +319,9 @@ def dist(session: nox.Session) -> None:
 _FROM_WHEELS = """
 import sys, importlib
 venv = sys.argv[1]
-for name in ("agentsessions", "agentsessions_conformance", "agentsessions_sqlite",
-             "agentsessions_postgres", "agentsessions_redis", "agentsessions_mongo"):
+for name in ("agentsessions", "agentsessions_cli", "agentsessions_conformance",
+             "agentsessions_sqlite", "agentsessions_postgres", "agentsessions_redis",
+             "agentsessions_mongo"):
     path = importlib.import_module(name).__file__
     assert path.startswith(venv), f"{name} imported from {path}, not from the wheel"
 """

@@ -24,6 +24,7 @@ else:  # pragma: no cover - pytest depends on tomli before 3.11
 ROOT = Path(__file__).resolve().parents[1]
 PUBLISHED = {
     "agentsessions": "core",
+    "agentsessions-cli": "cli",
     "agentsessions-conformance": "conformance",
     "agentsessions-sqlite": "backends/sqlite",
     "agentsessions-postgres": "backends/postgres",

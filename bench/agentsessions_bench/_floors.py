@@ -77,7 +77,7 @@ class MemoryFloor(_Floor):
     async def close(self) -> None:
         self._events.clear()
 
-    async def create(self, session_id: str, history: int) -> None:
+    async def create(self, session_id: str, history: int, batch: int = BULK_BATCH) -> None:
         self._events[session_id] = _history_texts(history)
         self._updated[session_id] = _now()
 
@@ -132,14 +132,14 @@ class SqliteFloor(_Floor):
         if self._db is not None:
             await self._db.close()
 
-    async def create(self, session_id: str, history: int) -> None:
+    async def create(self, session_id: str, history: int, batch: int = BULK_BATCH) -> None:
         async with self._write_lock:
             await self._db.execute(
                 "INSERT INTO floor_sessions VALUES (?, ?, ?)",
                 (session_id, history, _now().isoformat()),
             )
-            for start in range(0, history, BULK_BATCH):
-                texts = _history_texts(min(BULK_BATCH, history - start), start)
+            for start in range(0, history, batch):
+                texts = _history_texts(min(batch, history - start), start)
                 await self._db.executemany(
                     "INSERT INTO floor_events VALUES (?, ?, ?)",
                     [(session_id, start + i, text) for i, text in enumerate(texts)],
@@ -246,11 +246,11 @@ class PostgresFloor(_Floor):
                 await conn.execute(f"DROP SCHEMA {self._schema} CASCADE")
             await self._pool.close()
 
-    async def create(self, session_id: str, history: int) -> None:
+    async def create(self, session_id: str, history: int, batch: int = BULK_BATCH) -> None:
         async with self._pool.acquire() as conn, conn.transaction():
             await conn.execute("INSERT INTO floor_sessions VALUES ($1, 0, $2)", session_id, _now())
-            for start in range(0, history, BULK_BATCH):
-                texts = _history_texts(min(BULK_BATCH, history - start), start)
+            for start in range(0, history, batch):
+                texts = _history_texts(min(batch, history - start), start)
                 await conn.execute(_PG_APPEND, session_id, texts, _now())
 
     async def turn(self, session_id: str, last: int | None) -> float:
@@ -322,14 +322,12 @@ class RedisFloor(_Floor):
             await self._client.delete(*self._keys(session_id))
         await self._client.aclose()
 
-    async def create(self, session_id: str, history: int) -> None:
+    async def create(self, session_id: str, history: int, batch: int = BULK_BATCH) -> None:
         self._sessions.add(session_id)
         events, meta = self._keys(session_id)
         await self._client.hset(meta, mapping={"updated_at": _now().isoformat()})
-        for start in range(0, history, BULK_BATCH):
-            await self._client.rpush(
-                events, *_history_texts(min(BULK_BATCH, history - start), start)
-            )
+        for start in range(0, history, batch):
+            await self._client.rpush(events, *_history_texts(min(batch, history - start), start))
 
     async def turn(self, session_id: str, last: int | None) -> float:
         started = time.perf_counter()
@@ -415,14 +413,14 @@ class MongoFloor(_Floor):
             ordered=True,
         )
 
-    async def create(self, session_id: str, history: int) -> None:
+    async def create(self, session_id: str, history: int, batch: int = BULK_BATCH) -> None:
         await self._sessions.insert_one({"_id": session_id, "n": 0, "updated_at": _now()})
-        for start in range(0, history, BULK_BATCH):
+        for start in range(0, history, batch):
             await self._write(
                 session_id,
                 [
                     event_dict("user" if i % 2 == 0 else "assistant", i)
-                    for i in range(start, min(history, start + BULK_BATCH))
+                    for i in range(start, min(history, start + batch))
                 ],
             )
 

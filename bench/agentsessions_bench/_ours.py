@@ -74,12 +74,12 @@ class OurStore(Store):
             self._held.clear()
             await self._manager.close()
 
-    async def create(self, session_id: str, history: int) -> None:
+    async def create(self, session_id: str, history: int, batch: int = BULK_BATCH) -> None:
         session = await self._manager.create(session_id)
         self._created.add(session_id)
         index = 0
         while index < history:
-            for _ in range(min(BULK_BATCH, history - index)):
+            for _ in range(min(batch, history - index)):
                 author = "user" if index % 2 == 0 else "assistant"
                 session.add_event(author, _content(author, index))
                 index += 1

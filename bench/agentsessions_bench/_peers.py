@@ -16,9 +16,17 @@ from __future__ import annotations
 import inspect
 import time
 import uuid
-from typing import Any
+from typing import Any, ClassVar
 
-from ._store import BULK_BATCH, LAST_EVENTS, MESSAGE_TEXT, StaleWrite, Store, StoreUnavailable
+from ._store import (
+    BULK_BATCH,
+    LAST_EVENTS,
+    MESSAGE_TEXT,
+    Kind,
+    StaleWrite,
+    Store,
+    StoreUnavailable,
+)
 
 __all__ = [
     "AdkDatabaseStore",
@@ -54,7 +62,8 @@ def _need(module: str, what: str) -> None:
 class _SdkStore(Store):
     """An OpenAI Agents SDK `Session` per session id, sharing one client/engine."""
 
-    kind = "peer"
+    kind: ClassVar[Kind] = "peer"
+    family = "openai"
 
     def __init__(self) -> None:
         self._sessions: dict[str, Any] = {}
@@ -87,10 +96,10 @@ class _SdkStore(Store):
     async def close(self) -> None:
         await self._close_sessions()
 
-    async def create(self, session_id: str, history: int) -> None:
+    async def create(self, session_id: str, history: int, batch: int = BULK_BATCH) -> None:
         session = self._session(session_id)
-        for start in range(0, history, BULK_BATCH):
-            await session.add_items(_history(min(BULK_BATCH, history - start), start))
+        for start in range(0, history, batch):
+            await session.add_items(_history(min(batch, history - start), start))
 
     async def turn(self, session_id: str, last: int | None) -> float:
         session = self._session(session_id)
@@ -284,7 +293,8 @@ def _adk_event(author: str, index: int, timestamp: float | None = None) -> Any:
 
 
 class _AdkStore(Store):
-    kind = "peer"
+    kind: ClassVar[Kind] = "peer"
+    family = "adk"
 
     def __init__(self) -> None:
         self._service: Any = None
@@ -350,14 +360,15 @@ class _AdkStore(Store):
         stored = await self._get(session_id, None)
         return "both kept" if len(stored.events) == 2 else "lost"
 
-    async def create(self, session_id: str, history: int) -> None:
+    async def create(self, session_id: str, history: int, batch: int = BULK_BATCH) -> None:
         session = await self._service.create_session(
             app_name=_APP, user_id=_USER, session_id=session_id
         )
         if history:
-            await self._populate(session, history)
+            await self._populate(session, history, batch)
 
-    async def _populate(self, session: Any, history: int) -> None:
+    async def _populate(self, session: Any, history: int, batch: int) -> None:
+        # One append_event per event, the service's own write path, whatever the batch.
         for index in range(history):
             author = "user" if index % 2 == 0 else "assistant"
             await self._service.append_event(session, _adk_event(author, index))
@@ -389,14 +400,15 @@ class AdkDatabaseStore(_AdkStore):
                 connect_args={"server_settings": {"search_path": self._schema}},
             )
 
-    async def _populate(self, session: Any, history: int) -> None:
+    async def _populate(self, session: Any, history: int, batch: int) -> None:
         # No bulk append in ADK: insert the rows through ADK's own ORM classes, in
-        # batches, exactly as append_event would store them.
+        # batches, exactly as append_event would store them (one row per event, so
+        # the batch changes only how long building takes).
         schema = self._service._get_schema_classes()
         base = time.time() - history * 1e-3
-        for start in range(0, history, BULK_BATCH):
+        for start in range(0, history, batch):
             async with self._service.database_session_factory() as sql:
-                for index in range(start, min(history, start + BULK_BATCH)):
+                for index in range(start, min(history, start + batch)):
                     author = "user" if index % 2 == 0 else "assistant"
                     event = _adk_event(author, index, timestamp=base + index * 1e-3)
                     sql.add(schema.StorageEvent.from_event(session, event))

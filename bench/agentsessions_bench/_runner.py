@@ -20,9 +20,19 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._store import LAST_EVENTS, Store, StoreUnavailable, new_session_id
+from ._store import (
+    BULK_BATCH,
+    LAST_EVENTS,
+    TURN_BATCH,
+    Store,
+    StoreUnavailable,
+    new_session_id,
+)
 
-__all__ = ["Config", "StoreResult", "run_suite"]
+__all__ = ["BY_TURN", "Config", "StoreResult", "run_suite"]
+
+#: Appended to a latency metric's name when its histories were built turn by turn.
+BY_TURN = "/by_turn"
 
 Log = Callable[[str], None]
 
@@ -30,6 +40,9 @@ Log = Callable[[str], None]
 @dataclass(frozen=True)
 class Config:
     sizes: tuple[int, ...] = (0, 100, 1_000, 5_000)
+    #: History sizes also built turn by turn (two events per write, as an agent writes
+    #: them), measured like the others under the metric names with `BY_TURN` appended.
+    by_turn_sizes: tuple[int, ...] = (1_000,)
     rounds: int = 3
     #: Timed turns (each: full-read turn, append, last-20 turn) per size per round.
     ops: int = 10
@@ -65,6 +78,7 @@ class StoreResult:
     name: str
     engine: str
     kind: str
+    family: str | None = None
     #: metric -> size -> per-round medians (seconds)
     latency: dict[str, dict[int, list[float]]] = field(default_factory=dict)
     #: per-round values
@@ -90,6 +104,7 @@ class StoreResult:
             "name": self.name,
             "engine": self.engine,
             "kind": self.kind,
+            "family": self.family,
             "latency_ms": latency,
             "throughput": {k: statistics.median(v) for k, v in self.throughput.items()},
             "contention": {k: statistics.median(v) for k, v in self.contention.items()},
@@ -147,33 +162,42 @@ async def _latency(store: Store, config: Config, result: StoreResult) -> None:
     await store.append(warm)
     await store.turn(warm, LAST_EVENTS)
     for size in config.sizes:
-        sessions = [new_session_id(f"h{size}") for _ in range(_sessions_per_size(size, config.ops))]
-        for session_id in sessions:
-            await store.create(session_id, size)
-        samples: dict[str, list[float]] = {
-            name: [] for name in ("turn_full", "read_full", "append", "turn_last", "read_last")
-        }
-        _quiet_gc()
-        for op in range(config.ops):
-            session_id = sessions[op % len(sessions)]
-            store.forget(session_id)
-            with _no_gc():
-                started = time.perf_counter()
-                read = await store.turn(session_id, None)
-                samples["turn_full"].append(time.perf_counter() - started)
-                samples["read_full"].append(read)
-            with _no_gc():
-                started = time.perf_counter()
-                await store.append(session_id)
-                samples["append"].append(time.perf_counter() - started)
-            store.forget(session_id)
-            with _no_gc():
-                started = time.perf_counter()
-                read = await store.turn(session_id, LAST_EVENTS)
-                samples["turn_last"].append(time.perf_counter() - started)
-                samples["read_last"].append(read)
-        for name, values in samples.items():
-            result.add_latency(name, size, values)
+        await _latency_at(store, config, result, size, BULK_BATCH, "")
+    for size in config.by_turn_sizes:
+        await _latency_at(store, config, result, size, TURN_BATCH, BY_TURN)
+
+
+async def _latency_at(
+    store: Store, config: Config, result: StoreResult, size: int, batch: int, suffix: str
+) -> None:
+    """The timed turns on histories of *size* events written *batch* per write."""
+    sessions = [new_session_id(f"h{size}") for _ in range(_sessions_per_size(size, config.ops))]
+    for session_id in sessions:
+        await store.create(session_id, size, batch)
+    samples: dict[str, list[float]] = {
+        name: [] for name in ("turn_full", "read_full", "append", "turn_last", "read_last")
+    }
+    _quiet_gc()
+    for op in range(config.ops):
+        session_id = sessions[op % len(sessions)]
+        store.forget(session_id)
+        with _no_gc():
+            started = time.perf_counter()
+            read = await store.turn(session_id, None)
+            samples["turn_full"].append(time.perf_counter() - started)
+            samples["read_full"].append(read)
+        with _no_gc():
+            started = time.perf_counter()
+            await store.append(session_id)
+            samples["append"].append(time.perf_counter() - started)
+        store.forget(session_id)
+        with _no_gc():
+            started = time.perf_counter()
+            read = await store.turn(session_id, LAST_EVENTS)
+            samples["turn_last"].append(time.perf_counter() - started)
+            samples["read_last"].append(read)
+    for name, values in samples.items():
+        result.add_latency(name + suffix, size, values)
 
 
 async def _throughput(store: Store, config: Config, result: StoreResult) -> None:
@@ -263,7 +287,7 @@ async def run_suite(
     """
     say = log or (lambda line: print(line, file=sys.stderr, flush=True))
     probes = [factory() for factory in factories]
-    results = [StoreResult(p.label, p.name, p.engine, p.kind) for p in probes]
+    results = [StoreResult(p.label, p.name, p.engine, p.kind, p.family) for p in probes]
     alive = list(range(len(factories)))
     for round_no in range(config.rounds):
         shift = round_no % max(1, len(alive))

@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Literal
 __all__ = [
     "BULK_BATCH",
     "LAST_EVENTS",
+    "TURN_BATCH",
     "MESSAGE_TEXT",
     "Kind",
     "StaleWrite",
@@ -24,14 +25,17 @@ __all__ = [
     "new_session_id",
 ]
 
-Kind = Literal["ours", "floor", "peer"]
+Kind = Literal["ours", "adapter", "floor", "peer"]
 StaleWrite = Literal["raises", "both kept", "lost", "n/a"]
 
 #: How many events a "last events" read asks for.
 LAST_EVENTS = 20
 #: Pre-population writes this many events per save: a history is built in a few
-#: round trips, not turn by turn, so a 5,000-event session costs seconds, not minutes.
+#: round trips, so a 5,000-event session costs seconds, not minutes. Some sizes are
+#: also built turn by turn (`TURN_BATCH`), which is how histories really grow and
+#: what layouts such as one document per write are sensitive to.
 BULK_BATCH = 500
+TURN_BATCH = 2
 #: The body of every message. With the envelope (id, author, timestamp, metadata) each
 #: event encodes to about 300 bytes of JSON in every store.
 MESSAGE_TEXT = (
@@ -72,6 +76,9 @@ class Store(abc.ABC):
     engine: str
     #: Shown in tables: "agentsessions", "raw aiosqlite", "OpenAI SQLiteSession", ...
     name: str
+    #: The framework whose API a peer or adapter speaks ("openai", "adk"): an adapter
+    #: is compared with the peers of its own framework only.
+    family: ClassVar[str | None] = None
 
     @property
     def label(self) -> str:
@@ -85,8 +92,9 @@ class Store(abc.ABC):
         """Remove everything this run created, then disconnect."""
 
     @abc.abstractmethod
-    async def create(self, session_id: str, history: int) -> None:
-        """Create a session holding *history* events, written in bulk (untimed)."""
+    async def create(self, session_id: str, history: int, batch: int = BULK_BATCH) -> None:
+        """Create a session holding *history* events, written *batch* per write (untimed):
+        in bulk, or two at a time as an agent's turns would write them."""
 
     def forget(self, session_id: str) -> None:  # noqa: B027 - only stores that hold copies
         """Drop the copy held for *session_id*; called untimed before each turn.

@@ -23,6 +23,7 @@ from urllib.parse import urlsplit, urlunsplit
 from agentsessions_testservers import Kind
 from agentsessions_testservers import find as find_server
 
+from ._adapters import AdkAdapterStore, SdkAdapterStore
 from ._floors import floor_for
 from ._ours import OurStore, engine_of_url
 from ._peers import (
@@ -199,6 +200,8 @@ def _add_engine(
         factories.append(lambda: floor_for(engine, where))
     if not peers:
         return
+    if problem is None:
+        factories += _adapters(engine, plan.urls[engine], sqlite_file)
     if engine == "memory":
         factories.append(AdkInMemoryStore)
     elif engine == "sqlite":
@@ -212,6 +215,23 @@ def _add_engine(
         factories.append(lambda: SdkRedisStore(where))
     elif engine == "mongo":
         factories.append(lambda: SdkMongoStore(where))
+
+
+def _adapters(engine: str, url: str, sqlite_file: Callable[[str], str]) -> list[Factory]:
+    """Our adapters on our backend, for the engines where the stores they replace run."""
+    options = {"min_pool_size": 10, "max_pool_size": 10} if engine == "postgres" else {}
+    found: list[Factory] = []
+    if engine in ("sqlite", "postgres", "redis", "mongo"):
+        if engine == "sqlite":
+            found.append(lambda: SdkAdapterStore("sqlite:///" + sqlite_file("oa")))
+        else:
+            found.append(lambda: SdkAdapterStore(url, **options))
+    if engine in ("memory", "sqlite", "postgres"):
+        if engine == "sqlite":
+            found.append(lambda: AdkAdapterStore("sqlite:///" + sqlite_file("adk-a")))
+        else:
+            found.append(lambda: AdkAdapterStore(url, **options))
+    return found
 
 
 def _driver_url(url: str) -> str:
@@ -246,6 +266,7 @@ async def plan_for_url(url: str, *, peers: bool = False) -> AsyncIterator[Plan]:
                 scratch = Plan()
                 _add_engine(scratch, engine, url, "", sqlite_file, True)
                 plan.factories.extend(scratch.factories[1:])  # past the floor
+                plan.factories.extend(_adapters(engine, url, sqlite_file))
         yield plan
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

@@ -11,9 +11,12 @@ import pytest
 from agentsessions_bench._floors import MemoryFloor
 from agentsessions_bench._ours import OurStore
 from agentsessions_bench._report import evaluate_targets, render_markdown
+from agentsessions_bench._runner import BY_TURN
+from agentsessions_bench._store import TURN_BATCH
 
 TINY = bench.Config(
     sizes=(0, 7, 30),
+    by_turn_sizes=(),
     rounds=2,
     ops=2,
     throughput_sessions=3,
@@ -116,6 +119,71 @@ async def test_the_instrumentation_case_times_both_arms_and_renders() -> None:
     lines = render_instrumentation([row])
     assert lines[0] == "### Instrumentation overhead"
     assert any(line.startswith("| memory |") for line in lines)
+
+
+async def test_histories_built_turn_by_turn_are_measured_under_their_own_names() -> None:
+    config = dataclasses.replace(TINY, rounds=1, by_turn_sizes=(12,))
+    (summary,) = [r.summary() for r in await bench.run_suite([MemoryFloor], config)]
+    for metric in ("turn_full", "read_full", "append", "turn_last", "read_last"):
+        assert set(summary["latency_ms"][metric + BY_TURN]) == {"12"}
+    store = OurStore("memory://")
+    await store.open()
+    try:
+        await store.create("t", 12, TURN_BATCH)
+        session = await store._manager.get("t")
+        assert len(session.events) == 12 and session.version == 1 + 12 // TURN_BATCH
+    finally:
+        await store.close()
+
+
+async def test_adapters_run_the_peers_turn_and_are_compared_with_their_own_framework() -> None:
+    pytest.importorskip("agents")
+    pytest.importorskip("google.adk")
+    from agentsessions_bench._adapters import AdkAdapterStore, SdkAdapterStore
+    from agentsessions_bench._peers import AdkInMemoryStore
+
+    config = dataclasses.replace(TINY, rounds=1, by_turn_sizes=(6,))
+    factories = [
+        lambda: SdkAdapterStore("memory://"),
+        lambda: AdkAdapterStore("memory://"),
+        AdkInMemoryStore,
+    ]
+    summaries = [r.summary() for r in await bench.run_suite(factories, config)]
+    assert [(s["kind"], s["family"]) for s in summaries] == [
+        ("adapter", "openai"),
+        ("adapter", "adk"),
+        ("peer", "adk"),
+    ]
+    expected = 2 * config.writers * config.updates_per_writer
+    for summary in summaries:
+        assert summary["error"] is None and summary["phase_errors"] == {}
+        assert summary["contention"]["events_landed"] == expected
+    # The ADK adapter refuses a stale append as ADK's own database service does; the
+    # SDK adapter appends both, as every SDK store does (add_items retries).
+    assert [s["stale_write"] for s in summaries] == ["both kept", "raises", "both kept"]
+    targets = evaluate_targets(summaries, config.sizes)
+    # Only the ADK adapter meets an ADK peer: the OpenAI adapter has none in memory.
+    assert [(t.store, t.goal) for t in targets] == [
+        ("agentsessions ADK adapter [memory]", "ahead of ADK InMemorySessionService")
+    ]
+    markdown = render_markdown(
+        {
+            "machine": {
+                "date": "d",
+                "cpu": "c",
+                "cores": 2,
+                "memory_gib": 1.0,
+                "os": "o",
+                "python": "p",
+                "packages": {},
+            },
+            "config": dataclasses.asdict(config),
+            "stores": summaries,
+            "targets": [t.as_dict() for t in targets],
+        }
+    )
+    assert "| agentsessions OpenAI adapter | **ours**, adapter |" in markdown
+    assert "Histories built one turn at a time" in markdown
 
 
 async def test_the_encryption_case_times_every_arm_and_renders(tmp_path: Path) -> None:

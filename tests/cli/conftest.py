@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-CLI = [sys.executable, "-m", "agentsessions"]
+CLI = [sys.executable, "-m", "agentsessions_cli"]
 
 
 def _run(

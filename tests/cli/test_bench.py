@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from agentsessions._cli import main as cli_main
+from agentsessions_cli import main as cli_main
 
 
 def test_cli_bench_runs_one_url(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ def agentsessions(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "NO_COLOR": "1"}
     env.pop("FORCE_COLOR", None)
     return subprocess.run(
-        [sys.executable, "-m", "agentsessions", *args],
+        [sys.executable, "-m", "agentsessions_cli", *args],
         cwd=cwd,
         capture_output=True,
         text=True,

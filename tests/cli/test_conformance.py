@@ -17,7 +17,7 @@ def _cli(*args: str, code: str | None = None, cwd: Path) -> subprocess.Completed
     command = (
         [sys.executable, "-c", code, *args]
         if code
-        else [sys.executable, "-m", "agentsessions", *args]
+        else [sys.executable, "-m", "agentsessions_cli", *args]
     )
     return subprocess.run(
         command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600, check=False
@@ -49,7 +49,7 @@ def test_cli_fails_on_broken_backend_and_masks_password(tmp_path: Path) -> None:
     code = (
         "import sys\n"
         "from agentsessions import register_backend\n"
-        "from agentsessions._cli import main\n"
+        "from agentsessions_cli import main\n"
         "from conformance.broken import OverwritingCreateManager\n"
         "register_backend('brokenmem', OverwritingCreateManager)\n"
         "sys.exit(main(sys.argv[1:]))\n"

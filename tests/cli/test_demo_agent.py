@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 from agentsessions import SessionManager, connect
-from agentsessions._cli._demo import DemoAgent, SentNote, recall, second_person
 from agentsessions.runtime import ExecutionContext
+from agentsessions_cli._demo import DemoAgent, SentNote, recall, second_person
 
 
 async def converse(agent: DemoAgent, *messages: str, session_id: str = "s") -> list[str]:

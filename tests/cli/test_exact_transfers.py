@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from agentsessions import Session, SessionManager, connect
-from agentsessions._transfer import iter_sessions
+from agentsessions_cli._transfer import iter_sessions
 
 Run = Callable[..., subprocess.CompletedProcess[str]]
 

@@ -17,7 +17,7 @@ import pytest
 from agentsessions import connect
 
 Run = Callable[..., subprocess.CompletedProcess[str]]
-CLI = [sys.executable, "-m", "agentsessions"]
+CLI = [sys.executable, "-m", "agentsessions_cli"]
 
 
 def _with_namespace(url: str, namespace: str) -> str:

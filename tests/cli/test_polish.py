@@ -15,11 +15,11 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 from agentsessions import connect
-from agentsessions._cli import _ops
+from agentsessions_cli import _ops
 from rich.console import Console
 
 Run = Callable[..., subprocess.CompletedProcess[str]]
-CLI = [sys.executable, "-m", "agentsessions"]
+CLI = [sys.executable, "-m", "agentsessions_cli"]
 
 
 async def _populate(url: str, count: int) -> None:

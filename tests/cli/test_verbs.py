@@ -1,17 +1,17 @@
-"""Which verbs the command offers: core's own, plus those other distributions register."""
+"""Which verbs the command offers: its own, plus those other distributions register."""
 
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import subprocess
 import sys
 from typing import Any
 
 import pytest
-from agentsessions import _cli
-from agentsessions._cli import ENTRY_POINT_GROUP, build_parser, main
+from agentsessions_cli import ENTRY_POINT_GROUP, build_parser, main
 
-CORE_VERBS = {
+CLI_VERBS = {
     "backends",
     "chat",
     "copy",
@@ -47,14 +47,14 @@ def test_kit_and_bench_verbs_come_from_their_distributions() -> None:
         "bench": "agentsessions_bench._cli:register",
         "conformance": "agentsessions_conformance._cli:register",
     }
-    assert _verbs() == CORE_VERBS | {"bench", "conformance"}
+    assert _verbs() == CLI_VERBS | {"bench", "conformance"}
 
 
-def test_without_other_distributions_only_core_verbs_are_listed(
+def test_without_other_distributions_only_the_commands_own_verbs_are_listed(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setattr(importlib.metadata, "entry_points", _only())
-    assert _verbs() == CORE_VERBS
+    assert _verbs() == CLI_VERBS
     with pytest.raises(SystemExit) as exc:
         main(["conformance", "memory://"])
     assert exc.value.code == 2
@@ -78,27 +78,6 @@ def test_a_broken_plugin_verb_is_reported_and_the_others_still_work(
     assert "ModuleNotFoundError" in err
 
 
-def test_without_rich_the_command_says_which_extra_to_install() -> None:
-    # `sys.modules["rich"] = None` makes rich unimportable, as in a venv without the extra.
-    code = (
-        "import sys\n"
-        "sys.modules['rich'] = None\n"
-        "from agentsessions._cli import main\n"
-        "sys.exit(main(sys.argv[1:]))\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code, "ls", "memory://"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 2
-    assert done.stdout == ""
-    assert done.stderr == f"{_cli._MISSING_CLI}\n"
-    assert "pip install 'agentsessions[cli]'" in done.stderr
-
-
 def test_importing_the_library_imports_no_command_line_module() -> None:
     done = subprocess.run(
         [sys.executable, "-X", "importtime", "-c", "import agentsessions, agentsessions.runtime"],
@@ -110,4 +89,14 @@ def test_importing_the_library_imports_no_command_line_module() -> None:
     imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()}
     assert "agentsessions" in imported
     assert "agentsessions.runtime" in imported
-    assert not {name for name in imported if name.startswith(("agentsessions._cli", "rich"))}
+    assert not {name for name in imported if name.startswith(("agentsessions_cli", "rich"))}
+
+
+def test_the_command_is_its_own_package_over_the_public_library() -> None:
+    import agentsessions_cli
+
+    assert agentsessions_cli.main is main
+    assert agentsessions_cli.ENTRY_POINT_GROUP == "agentsessions.cli"
+    # The library holds no command line: neither the old private package nor a __main__.
+    for name in ("agentsessions._cli", "agentsessions.__main__", "agentsessions.demo"):
+        assert importlib.util.find_spec(name) is None, name

@@ -1,7 +1,8 @@
 """``pip install ./core`` alone: the contract with pydantic and pluggy only, no command line.
 
-One fresh virtualenv (uv, reusing its cache) gets core, then the kit, as a user would
-install them from the sources; nothing from this checkout is on its path.
+One fresh virtualenv (uv, reusing its cache) gets core, then the kit, then the command
+line, as a user would install them from the sources; a second gets core and the command
+line only. Nothing from this checkout is on their path.
 """
 
 from __future__ import annotations
@@ -28,17 +29,46 @@ CORE_CLOSURE = {
 }
 
 _PROBE = r"""
-import importlib.metadata, importlib.util, json, sys
+import importlib.metadata, importlib.util, json, pathlib, sys
 import agentsessions, agentsessions.backend, agentsessions.runtime
+package = pathlib.Path(agentsessions.__file__).parent
 print(json.dumps({
     "file": agentsessions.__file__,
     "distributions": sorted(
         d.metadata["Name"].lower().replace("_", "-") for d in importlib.metadata.distributions()
     ),
     "rich": importlib.util.find_spec("rich") is not None,
-    "demo": importlib.util.find_spec("agentsessions.demo") is not None,
-    "cli_loaded": sorted(m for m in sys.modules if m.startswith(("agentsessions._cli", "rich"))),
+    "cli": importlib.util.find_spec("agentsessions_cli") is not None,
+    # Any file of the installed library that looks like the command line or the demo.
+    "cli_files": sorted(
+        str(path.relative_to(package)) for path in package.rglob("*")
+        if "demo" in path.name or "cli" in path.name or path.name == "__main__.py"
+    ),
+    "cli_loaded": sorted(
+        m for m in sys.modules if m.startswith(("agentsessions_cli", "rich")) or "demo" in m
+    ),
 }))
+"""
+
+# The verbs of agentsessions-cli itself, and the command's list of verbs as installed.
+CLI_VERBS = [
+    "backends",
+    "chat",
+    "copy",
+    "demo",
+    "erase-user",
+    "export",
+    "import",
+    "ls",
+    "purge-expired",
+    "rm",
+    "show",
+]
+_VERBS = r"""
+import json
+from agentsessions_cli import build_parser
+action = next(a for a in build_parser()._actions if a.dest == "command")
+print(json.dumps(sorted(action.choices)))
 """
 
 
@@ -80,21 +110,25 @@ def test_core_alone_is_the_contract_and_runs_the_kit_on_memory(tmp_path: Path) -
     assert probe["file"].startswith(str(venv)), probe["file"]  # the installed copy
     assert set(probe["distributions"]) == CORE_CLOSURE
     assert probe["rich"] is False
-    assert probe["demo"] is False
+    assert probe["cli"] is False
+    assert probe["cli_files"] == []
     assert probe["cli_loaded"] == []
+    # No `agentsessions` command: that is agentsessions-cli's.
+    assert not (venv / "bin" / "agentsessions").exists()
+    assert (
+        sorted(path.name for path in (venv / "bin").iterdir() if "agentsessions" in path.name) == []
+    )
 
     importtime = _run(python, "-X", "importtime", "-c", "import agentsessions", cwd=tmp_path)
     _ok(importtime)
-    assert "agentsessions._cli" not in importtime.stderr
-    assert "rich" not in importtime.stderr
-
-    # The console script is installed with core, and without the extra says what to add.
-    script = _run(venv / "bin" / "agentsessions", "ls", "memory://", cwd=tmp_path)
-    assert script.returncode == 2
-    assert script.stdout == ""
-    assert script.stderr.strip().splitlines() == [
-        "agentsessions: the command line needs the cli extra: pip install 'agentsessions[cli]'"
-    ]
+    imported = {line.rsplit("|", 1)[-1].strip() for line in importtime.stderr.splitlines()}
+    assert "agentsessions" in imported  # the report is there and names our modules
+    cli_modules = {
+        name
+        for name in imported
+        if name.startswith(("agentsessions_cli", "rich")) or "demo" in name
+    }
+    assert cli_modules == set()
 
     # The kit brings pytest, still no rich; its memory clauses all pass on this install.
     _ok(
@@ -127,3 +161,42 @@ def test_core_alone_is_the_contract_and_runs_the_kit_on_memory(tmp_path: Path) -
     summary = json.loads(report.read_text())["summary"]
     assert set(summary) <= {"passed", "skipped"}, summary  # skipped: undeclared capabilities
     assert summary["passed"] >= 100, summary
+
+    # With the command line added: the `agentsessions` script, its verbs and the kit's.
+    _ok(_run(uv, "pip", "install", "--quiet", "--python", python, ROOT / "cli", cwd=tmp_path))
+    assert json.loads(_ok(_run(python, "-c", _VERBS, cwd=tmp_path))) == sorted(
+        [*CLI_VERBS, "conformance"]
+    )
+    _ok(_run(venv / "bin" / "agentsessions", "conformance", "--help", cwd=tmp_path))
+
+
+@pytest.mark.slow
+def test_core_and_the_command_line_alone_list_only_the_verbs_present(tmp_path: Path) -> None:
+    uv = _uv()
+    venv = tmp_path / "venv"
+    python = venv / "bin" / "python"
+    _ok(_run(uv, "venv", "--quiet", "--python", sys.executable, venv, cwd=tmp_path))
+    # Both paths: the cli extra's requirement is agentsessions-cli, not on an index here.
+    _ok(
+        _run(
+            uv,
+            "pip",
+            "install",
+            "--quiet",
+            "--python",
+            python,
+            f"{ROOT / 'core'}[cli]",
+            ROOT / "cli",
+            cwd=tmp_path,
+        )
+    )
+    probe = json.loads(_ok(_run(python, "-c", _PROBE, cwd=tmp_path)))
+    assert set(probe["distributions"]) >= {"agentsessions", "agentsessions-cli", "rich"}
+    assert not {name for name in probe["distributions"] if name.endswith(("conformance", "bench"))}
+    assert json.loads(_ok(_run(python, "-c", _VERBS, cwd=tmp_path))) == CLI_VERBS
+    script = venv / "bin" / "agentsessions"
+    listed = _run(script, "backends", "--json", cwd=tmp_path)
+    assert [row["scheme"] for row in json.loads(_ok(listed))["backends"]] == ["memory"]
+    missing = _run(script, "conformance", "memory://", cwd=tmp_path)
+    assert missing.returncode == 2
+    assert "invalid choice: 'conformance'" in missing.stderr

@@ -176,7 +176,7 @@ def test_backends_lists_every_scheme_and_every_problem_without_crashing(site: Pa
     install(site, "acme-redis", {"unix": "acme_unix"}, good_plugin("acme_unix", "unix"))
     env = {**os.environ, "PYTHONPATH": str(site), "COLUMNS": "250", "NO_COLOR": "1"}
     env.pop(_registry.OVERRIDE_ENV, None)
-    command = [sys.executable, "-W", "ignore", "-m", "agentsessions", "backends"]
+    command = [sys.executable, "-W", "ignore", "-m", "agentsessions_cli", "backends"]
     text = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
     assert text.returncode == 0, text.stderr
     assert "Traceback" not in text.stderr + text.stdout

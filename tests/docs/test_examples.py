@@ -24,6 +24,7 @@ DOCUMENTS = sorted(
     {
         ROOT / "README.md",
         *ROOT.glob("core/README.md"),
+        *ROOT.glob("cli/README.md"),
         *ROOT.glob("conformance/README.md"),
         *ROOT.glob("backends/*/README.md"),
         *ROOT.glob("tools/*/README.md"),

@@ -17,7 +17,8 @@ ABSTRACT = sorted(
     and not name.startswith("__")
     and getattr(value, "__isabstractmethod__", False)
 )
-HOOKS = [*ABSTRACT, "_purge_expired"]
+# The hooks with a default: engines that expire data, or keep per-loop connections.
+HOOKS = [*ABSTRACT, "_open", "_close", "_purge_expired"]
 
 
 def test_the_hooks_are_found() -> None:

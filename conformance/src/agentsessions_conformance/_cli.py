@@ -1,7 +1,7 @@
 """``agentsessions conformance URL``: the kit's verb of the ``agentsessions`` command.
 
 Registered through the ``agentsessions.cli`` entry point group, so the command offers
-it only where the kit is installed. rich (the ``agentsessions[cli]`` extra, present
+it only where the kit is installed. rich (a dependency of ``agentsessions-cli``, present
 whenever the command runs) and the runner (pytest) are imported only when it runs.
 """
 

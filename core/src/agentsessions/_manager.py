@@ -174,6 +174,11 @@ class ManagerOptions(BaseModel):
         "pooled connection and retries included) before it raises BackendTimeoutError",
     )
 
+    def bounded(self, seconds: float | None) -> float:
+        """*seconds* for one driver wait (connect, reply), or the ``timeout`` when None;
+        never longer than the ``timeout``, which bounds the whole call anyway."""
+        return self.timeout if seconds is None else min(seconds, self.timeout)
+
 
 class SessionManager(abc.ABC):
     """Creates, fetches and saves sessions by id. Every method is a coroutine.
@@ -297,19 +302,52 @@ class SessionManager(abc.ABC):
         open: Callable[[], Awaitable[T]],
         close: Callable[[T], Awaitable[None]],
         drop: Callable[[T], None] | None = None,
+        *,
+        prepare: Callable[[T], Awaitable[None]] | None = None,
     ) -> PerLoop[T]:
         """For a backend's ``__init__``: connection resources kept one per event loop.
 
         *open* makes the running loop's resource on its first call in that loop, *close*
         releases it in that loop when the loop shuts down or the manager closes, *drop*
-        abandons one whose loop can no longer run (see `PerLoop`). The manager makes
-        sure the running loop's resource exists before any hook runs, so hooks may use
-        ``resources.current()``.
+        abandons one whose loop can no longer run (see `PerLoop`). *prepare* runs on the
+        first resource opened, until it succeeds once (create or migrate the schema,
+        build indexes); a resource whose *prepare* fails is dropped (closed without
+        *drop*). The manager opens the running loop's resource before any hook runs, so
+        hooks may use ``resources.current()``, and such a backend needs no `_open` or
+        `_close` of its own.
         """
         if self._per_loop is not None:
             raise RuntimeError("a manager keeps one set of per-loop resources")
+        if prepare is not None:
+            open = self._prepared(open, prepare, close, drop)
         self._per_loop = PerLoop(open, close, drop)
         return self._per_loop
+
+    @staticmethod
+    def _prepared(
+        open: Callable[[], Awaitable[T]],
+        prepare: Callable[[T], Awaitable[None]],
+        close: Callable[[T], Awaitable[None]],
+        drop: Callable[[T], None] | None,
+    ) -> Callable[[], Awaitable[T]]:
+        done = False
+
+        async def opened() -> T:
+            nonlocal done
+            resource = await open()
+            if not done:
+                try:
+                    await prepare(resource)
+                except BaseException:
+                    if drop is not None:
+                        drop(resource)
+                    else:
+                        await close(resource)
+                    raise
+                done = True
+            return resource
+
+        return opened
 
     async def open(self) -> None:
         """Connect now instead of on first use. Safe to call more than once, from any
@@ -324,6 +362,8 @@ class SessionManager(abc.ABC):
                     if not self._opened:
                         try:
                             await self._open()
+                            if self._per_loop is not None:
+                                await self._per_loop.get()
                         except BaseException as exc:
                             error = exc if isinstance(exc, SessionError) else self._translate(exc)
                             if isinstance(error, BackendUnavailableError):
@@ -890,6 +930,8 @@ class SessionManager(abc.ABC):
                 f"limit must be an int from 1 to {MAX_PAGE_SIZE}, not {limit!r}"
             )
         after = None if cursor is None else decode_cursor(cursor)
+        if after is not None:
+            validate_id(after[1], "cursor")  # hooks may take it for a stored id
         async with _deadline.call(self, "list_sessions"):
             await self._ready()
             items = await self._list(user_id, limit + 1, after, self.clock.now())
@@ -952,27 +994,29 @@ class SessionManager(abc.ABC):
     # The terms used below ("now", expiry, atomic) are defined once, in the docstring of
     # agentsessions.backend, where the backend author's guide renders them.
 
-    @abc.abstractmethod
     async def _open(self) -> None:
         """Connect: create pools and clients, create or migrate the schema.
 
         Called once, lazily, by `open` (explicitly, by ``async with``, or by the first
         call), under a lock, so it never runs twice concurrently; if it raises, the
-        manager stays unopened and the next call tries again.
+        manager stays unopened and the next call tries again. The default does
+        nothing: a backend whose connections are `per_loop` has them opened for it.
 
         Raises:
             BackendUnavailableError: the engine cannot be reached or the store cannot be
                 used (a missing directory, a schema from a newer release); the message
                 names the reason with the password masked.
         """
+        return None
 
-    @abc.abstractmethod
     async def _close(self) -> None:
         """Release what `_open` acquired (connections, pools, threads).
 
         Called at most once, by `close`, and only if `_open` succeeded. It should not
-        raise for an engine that has gone away: closing must always release.
+        raise for an engine that has gone away: closing must always release. The
+        default does nothing: `per_loop` resources are released by the manager.
         """
+        return None
 
     @abc.abstractmethod
     async def _create(self, record: SessionRecord, now: datetime) -> None:

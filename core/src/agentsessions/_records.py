@@ -12,6 +12,7 @@ import base64
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 from pydantic import TypeAdapter
 
@@ -28,6 +29,8 @@ __all__ = [
     "TOKENS_KEPT",
     "decode_cursor",
     "decode_events",
+    "decode_record",
+    "decode_summary",
     "encode_cursor",
     "from_micros",
     "to_micros",
@@ -100,6 +103,46 @@ class SessionRecord:
             event_count=self.event_count,
             version=self.version,
         )
+
+
+def decode_record(fields: Sequence[Any]) -> SessionRecord:
+    """A `SessionRecord` from an engine's row, given in the record's field order.
+
+    Text may come as str or UTF-8 bytes, numbers as ints or their digits, timestamps
+    as datetimes or `to_micros` integers; a missing owner or expiry is None.
+    """
+    session_id, user_id, state, version, created, updated, expires, count = fields
+    return SessionRecord(
+        _text(session_id),
+        None if user_id is None else _text(user_id),
+        _text(state),
+        int(version),
+        _when(created),
+        _when(updated),
+        None if expires is None else _when(expires),
+        int(count),
+    )
+
+
+def decode_summary(fields: Sequence[Any]) -> SessionSummary:
+    """A `SessionSummary` from an engine's row in its field order, as `decode_record`."""
+    session_id, user_id, created, updated, count, version = fields
+    return SessionSummary(
+        _text(session_id),
+        None if user_id is None else _text(user_id),
+        _when(created),
+        _when(updated),
+        int(count),
+        int(version),
+    )
+
+
+def _text(value: str | bytes) -> str:
+    return value if isinstance(value, str) else value.decode()
+
+
+def _when(value: datetime | int | bytes) -> datetime:
+    return value if isinstance(value, datetime) else from_micros(int(value))
 
 
 @dataclass(frozen=True, slots=True)

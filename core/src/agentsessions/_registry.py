@@ -80,6 +80,8 @@ _KNOWN_DISTRIBUTIONS = {
     "unix": "agentsessions-redis",
     "redis+cluster": "agentsessions-redis",
     "rediss+cluster": "agentsessions-redis",
+    "redis+sentinel": "agentsessions-redis",
+    "rediss+sentinel": "agentsessions-redis",
     "mongodb": "agentsessions-mongo",
     "mongodb+srv": "agentsessions-mongo",
 }

@@ -308,8 +308,8 @@ async def test_a_retried_save_that_already_landed_is_not_a_conflict(
     keys = session_keys(manager, "retry")
     token = b"0123456789abcdef0123456789abcdef"
     args = [1, 1, token, 0, "{}", 2, 2_000_000, "", "", 1, '{"id":"e","author":"a"}']
-    assert await manager._save_script(keys=keys, args=args) == 1  # type: ignore[misc]
-    assert await manager._save_script(keys=keys, args=args) == 1  # type: ignore[misc]
+    assert await manager._link.save(keys, args) == 1
+    assert await manager._link.save(keys, args) == 1
     assert await manager.client.llen(keys[1]) == 1
     assert session.version == 1
 

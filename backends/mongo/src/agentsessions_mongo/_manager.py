@@ -126,6 +126,9 @@ _TOO_LARGE = "larger than the server's limit of 16,777,216 bytes per BSON docume
 _TOO_LARGE_CODES = frozenset({10334, 17419, 17420})
 
 Doc = dict[str, Any]
+_SUMMARY_FIELDS = dict.fromkeys(
+    ("user_id", "created_at", "updated_at", "event_count", "version"), 1
+)
 
 #: The driver's "cannot reach or use the server" errors. ``timeout`` is pymongo's own
 #: flag for every timeout (server selection, socket, timeoutMS), hence the first rule.
@@ -170,8 +173,7 @@ class MongoSessionManager(SessionManager):
         self.database_name = database_name(url)  # a malformed URL fails at connect()
         # An AsyncMongoClient refuses to be used from a loop other than its first:
         # one client (with its pool and monitors) per event loop.
-        self._links = self.per_loop(self._new_link, _close_link)
-        self._indexed = False
+        self._links = self.per_loop(self._new_link, _close_link, prepare=_create_indexes)
         # What this manager last saw of each session, so that the save following a
         # get needs no extra read. Entries are facts about (incarnation, version) and
         # are only used when the version matches, so a stale entry costs a read, never
@@ -212,26 +214,21 @@ class MongoSessionManager(SessionManager):
             if len(self._infos) > _INFO_CACHE_SIZE:
                 self._infos.popitem(last=False)
 
-    async def _open(self) -> None:
-        await self._links.get()
-
-    async def _close(self) -> None:
-        self._infos.clear()  # the clients are per loop: the base class closes them all
-
     async def _new_link(self) -> _Link:
-        options = self.options
+        o = self.options
         kwargs: dict[str, Any] = {"tz_aware": True, "tzinfo": timezone.utc}
-        timeout = options.timeout
         # Every driver wait is bounded by the deadline; a shorter one given wins. A
         # connect_timeout alone also bounds finding a server (what else is connecting?).
         # Not timeoutMS: with it pymongo ignores serverSelectionTimeoutMS, so a shorter
         # connect_timeout would not be honoured; the manager enforces the deadline.
-        selection = options.server_selection_timeout or options.connect_timeout or timeout
         in_url = {name.lower() for name in parse_qs(urlsplit(self._url).query)}
         for name, value in (
-            ("serverSelectionTimeoutMS", min(selection, timeout)),
-            ("connectTimeoutMS", min(options.connect_timeout or timeout, timeout)),
-            ("socketTimeoutMS", min(options.socket_timeout or timeout, timeout)),
+            (
+                "serverSelectionTimeoutMS",
+                o.bounded(o.server_selection_timeout or o.connect_timeout),
+            ),
+            ("connectTimeoutMS", o.bounded(o.connect_timeout)),
+            ("socketTimeoutMS", o.bounded(o.socket_timeout)),
         ):
             if name.lower() not in in_url:  # the URL's own ...MS parameter is kept
                 kwargs[name] = max(1, round(value * 1000))
@@ -239,50 +236,17 @@ class MongoSessionManager(SessionManager):
             client: AsyncMongoClient[Doc] = AsyncMongoClient(self._url, **kwargs)
         except ConfigurationError as exc:
             raise InvalidOptionError(f"{self.url}: {scrub_secret(str(exc), self._url)}") from None
-        try:
-            # Reads go to the primary whatever the URL says: a save must see the latest
-            # version, and a get must see the save that just returned.
-            database = client.get_database(
-                self.database_name, read_preference=ReadPreference.PRIMARY
-            )
-            if not database.write_concern.acknowledged:
-                raise InvalidOptionError(
-                    f"{self.url}: unacknowledged writes (w=0) cannot tell whether a save "
-                    "landed; use w=1 or w=majority"
-                )
-            prefix = f"{options.namespace}_" if options.namespace else ""
-            sessions = database[f"{prefix}sessions"]
-            events = database[f"{prefix}events"]
-            if self._indexed:
-                return _Link(client, sessions, events)
-            await sessions.create_indexes(
-                [
-                    # Expired sessions are filtered out at read time; the TTL
-                    # monitor (about once a minute) reclaims their documents.
-                    IndexModel([("expires_at", ASCENDING)], expireAfterSeconds=0),
-                    IndexModel([("created_at", DESCENDING), ("_id", DESCENDING)]),
-                    IndexModel(
-                        [
-                            ("user_id", ASCENDING),
-                            ("created_at", DESCENDING),
-                            ("_id", DESCENDING),
-                        ]
-                    ),
-                ]
-            )
-            await events.create_indexes(
-                [
-                    IndexModel(
-                        [("session", ASCENDING), ("gen", ASCENDING), ("pos", ASCENDING)],
-                        unique=True,
-                    )
-                ]
-            )
-        except BaseException:
+        # Reads go to the primary whatever the URL says: a save must see the latest
+        # version, and a get must see the save that just returned.
+        database = client.get_database(self.database_name, read_preference=ReadPreference.PRIMARY)
+        if not database.write_concern.acknowledged:
             await client.close()
-            raise
-        self._indexed = True
-        return _Link(client, sessions, events)
+            raise InvalidOptionError(
+                f"{self.url}: unacknowledged writes (w=0) cannot tell whether a save "
+                "landed; use w=1 or w=majority"
+            )
+        prefix = f"{o.namespace}_" if o.namespace else ""
+        return _Link(client, database[f"{prefix}sessions"], database[f"{prefix}events"])
 
     # -- create / load --------------------------------------------------------------------
 
@@ -687,11 +651,9 @@ class MongoSessionManager(SessionManager):
         now: datetime,
     ) -> list[SessionSummary]:
         conditions: list[Mapping[str, Any]] = [live_filter(now)]
-        query: Doc = {}
-        if user_id is not None:
-            query["user_id"] = validate_id(user_id, "user_id")
+        query: Doc = {} if user_id is None else {"user_id": validate_id(user_id, "user_id")}
         if after is not None:
-            created, last_id = to_micros(after[0]), validate_id(after[1], "cursor")
+            created, last_id = to_micros(after[0]), after[1]
             conditions.append(
                 {
                     "$or": [
@@ -701,15 +663,8 @@ class MongoSessionManager(SessionManager):
                 }
             )
         query["$and"] = conditions
-        projection = {
-            "user_id": 1,
-            "created_at": 1,
-            "updated_at": 1,
-            "event_count": 1,
-            "version": 1,
-        }
         docs = (
-            await self._sessions.find(query, projection)
+            await self._sessions.find(query, _SUMMARY_FIELDS)
             .sort([("created_at", DESCENDING), ("_id", DESCENDING)])
             .limit(limit)
             .to_list(None)
@@ -787,3 +742,18 @@ class _Link(NamedTuple):
 
 async def _close_link(link: _Link) -> None:
     await link.client.close()
+
+
+async def _create_indexes(link: _Link) -> None:
+    await link.sessions.create_indexes(
+        [
+            # Expired sessions are filtered out at read time; the TTL monitor (about
+            # once a minute) reclaims their documents.
+            IndexModel([("expires_at", ASCENDING)], expireAfterSeconds=0),
+            IndexModel([("created_at", DESCENDING), ("_id", DESCENDING)]),
+            IndexModel([("user_id", ASCENDING), ("created_at", DESCENDING), ("_id", DESCENDING)]),
+        ]
+    )
+    await link.events.create_indexes(
+        [IndexModel([("session", 1), ("gen", 1), ("pos", 1)], unique=True)]
+    )

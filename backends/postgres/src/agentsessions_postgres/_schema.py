@@ -189,13 +189,15 @@ class Statements:
     # -- load: one statement, so the record and its events come from one snapshot --
     # $1 ns, $2 id, $3 now [, $4 last_events]
     load_record: str = """
-        SELECT user_id, state, version, event_count, created_at, updated_at, expires_at,
+        SELECT session_id, user_id, state, version, created_at, updated_at, expires_at,
+               event_count,
                NULL::text[] AS events
         FROM {s}.agentsessions_sessions
         WHERE namespace = $1 AND session_id = $2 AND (expires_at IS NULL OR expires_at > $3)
     """
     load_all: str = """
-        SELECT user_id, state, version, event_count, created_at, updated_at, expires_at,
+        SELECT session_id, user_id, state, version, created_at, updated_at, expires_at,
+               event_count,
                ARRAY(SELECT e.data::text FROM {s}.agentsessions_events e
                      WHERE e.namespace = $1 AND e.session_id = $2
                      ORDER BY e.position) AS events
@@ -203,7 +205,8 @@ class Statements:
         WHERE namespace = $1 AND session_id = $2 AND (expires_at IS NULL OR expires_at > $3)
     """
     load_last: str = """
-        SELECT user_id, state, version, event_count, created_at, updated_at, expires_at,
+        SELECT session_id, user_id, state, version, created_at, updated_at, expires_at,
+               event_count,
                ARRAY(SELECT w.data::text
                      FROM (SELECT e.position, e.data FROM {s}.agentsessions_events e
                            WHERE e.namespace = $1 AND e.session_id = $2

@@ -23,6 +23,7 @@ double until the year 2255):
 from __future__ import annotations
 
 import base64
+import functools
 from dataclasses import dataclass
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
 ]
 
 
+@functools.lru_cache(maxsize=4096)  # every call on a session computes its keys
 def _tag(value: str) -> str:
     return base64.urlsafe_b64encode(value.encode()).decode().rstrip("=")
 

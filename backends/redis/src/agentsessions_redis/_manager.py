@@ -33,29 +33,28 @@ from agentsessions.backend import (
     EventRecord,
     LoadedSession,
     ManagerOptions,
-    PoolSize,
     SaveRequest,
     SessionManager,
     SessionRecord,
-    Timeout,
     decode_events,
-    from_micros,
+    decode_record,
     scrub_secret,
     to_micros,
 )
-from pydantic import Field
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
+from redis.asyncio.sentinel import SentinelConnectionPool
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.commands.core import AsyncScript
 
 from . import _scripts
 from ._client import CLUSTER_SCHEMES, check_url, make_client
 from ._keys import KeyLayout, global_member, split_global_member
+from ._options import DRIVER_QUERY_PARAMS, RedisOptions
 
-__all__ = ["RedisOptions", "RedisSessionManager"]
+__all__ = ["RedisSessionManager"]
 
 T = TypeVar("T")
 E = TypeVar("E")
@@ -89,29 +88,6 @@ _FANOUT = 64
 _SCAN_BATCH = 500
 
 
-class RedisOptions(ManagerOptions):
-    """Options of the Redis backend (query string or keyword arguments)."""
-
-    socket_timeout: Timeout | None = Field(
-        default=None,
-        description="seconds to wait for one reply before giving up (default: the timeout)",
-    )
-    connect_timeout: Timeout | None = Field(
-        default=None,
-        description="seconds to wait for one connection (default: the timeout)",
-    )
-    max_connections: PoolSize | None = Field(
-        default=None, description="connection pool size (per node in a cluster)"
-    )
-    retries: int = Field(
-        default=3,
-        ge=0,
-        le=100,
-        description="reconnect-and-resend attempts after a dropped connection, all within "
-        "the call's timeout",
-    )
-
-
 @dataclass(frozen=True, slots=True)
 class _Entry:
     """One listing index entry, as read from a sorted set."""
@@ -132,29 +108,13 @@ class _Fix:
 
 
 class RedisSessionManager(SessionManager):
-    """Sessions in Redis (``redis://``, ``rediss://``, ``redis+unix://``) or a Redis Cluster
-    (``redis+cluster://host:port,host:port``), through redis.asyncio."""
+    """Sessions in Redis (``redis://``, ``rediss://``, ``redis+unix://``), a Redis Cluster
+    (``redis+cluster://host:port,host:port``) or a primary found by Redis Sentinel
+    (``redis+sentinel://host:26379,host:26379/service/db``), through redis.asyncio."""
 
     Options: ClassVar[type[ManagerOptions]] = RedisOptions
     driver_errors = _DRIVER_ERRORS
-    driver_query_params: ClassVar[frozenset[str]] = frozenset(
-        {
-            "db",
-            "username",
-            "password",
-            "client_name",
-            "health_check_interval",
-            "socket_keepalive",
-            "ssl_cert_reqs",
-            "ssl_ca_certs",
-            "ssl_ca_path",
-            "ssl_certfile",
-            "ssl_keyfile",
-            "ssl_check_hostname",
-            "ssl_min_version",
-            "ssl_ciphers",
-        }
-    )
+    driver_query_params: ClassVar[frozenset[str]] = DRIVER_QUERY_PARAMS
     capabilities = Capabilities(persistent=True, shared=True, ttl=True, namespaces=True)
     db_system = "redis"
     default_port = 6379
@@ -193,33 +153,8 @@ class RedisSessionManager(SessionManager):
             raise RuntimeError(f"{self!r} is not open in this event loop") from None
 
     @property
-    def _load_script(self) -> AsyncScript:
-        return self._links.current().load
-
-    @property
-    def _create_script(self) -> AsyncScript:
-        return self._links.current().create
-
-    @property
-    def _save_script(self) -> AsyncScript:
-        return self._links.current().save
-
-    @property
-    def _delete_script(self) -> AsyncScript:
-        return self._links.current().delete
-
-    @property
-    def _move_script(self) -> AsyncScript:
-        return self._links.current().move
-
-    async def _run(self, script: AsyncScript, keys: Sequence[str], args: list[Any]) -> Any:
-        return await script(keys=keys, args=args)
-
-    async def _open(self) -> None:
-        await self._links.get()
-
-    async def _close(self) -> None:
-        pass  # the clients are per loop: the base class closes them all
+    def _link(self) -> _Link:
+        return self._links.current()
 
     async def _new_link(self) -> _Link:
         o = self.options
@@ -227,11 +162,15 @@ class RedisSessionManager(SessionManager):
         # which cuts them short; each wait alone is bounded by the timeout too.
         retry = Retry(ExponentialWithJitterBackoff(base=0.01, cap=0.5), o.retries)
         settings: dict[str, Any] = {
-            "socket_timeout": min(o.socket_timeout or o.timeout, o.timeout),
-            "socket_connect_timeout": min(o.connect_timeout or o.timeout, o.timeout),
+            "socket_connect_timeout": o.bounded(o.connect_timeout),
             "decode_responses": False,
             "retry": retry,
         }
+        if o.socket_timeout is not None and o.socket_timeout < o.timeout:
+            # Only when asked for: every call already runs under its deadline (which
+            # cancels it, and redis-py then drops the connection), while a socket
+            # timeout makes redis-py wrap each send in a task and each read in a timer.
+            settings["socket_timeout"] = o.socket_timeout
         if o.max_connections is not None:
             settings["max_connections"] = o.max_connections
         try:
@@ -302,7 +241,7 @@ class RedisSessionManager(SessionManager):
         if not self.cluster:
             index_keys = [self.keys.index] + ([user_index] if user_index else [])
             script_keys = [keys.hash, keys.events, *index_keys]
-            result = await self._run(self._create_script, script_keys, args)
+            result = await self._link.create(script_keys, args)
             if result[0] != 1:
                 raise SessionExistsError(session_id)
             return
@@ -315,7 +254,7 @@ class RedisSessionManager(SessionManager):
         added = await asyncio.gather(
             *(client.zadd(e.index, {e.member: e.score}, nx=True) for e in entries)
         )
-        result = await self._run(self._create_script, [keys.hash, keys.events], args)
+        result = await self._link.create([keys.hash, keys.events], args)
         if result[0] == 1:
             # NX kept an older entry's score, and a concurrent reader may have dropped
             # ours while the session did not exist yet: set the final score now.
@@ -331,13 +270,11 @@ class RedisSessionManager(SessionManager):
     ) -> LoadedSession | None:
         keys = self.keys.session(session_id)
         wanted = -1 if last_events is None else last_events
-        result = await self._run(
-            self._load_script, [keys.hash, keys.events], [to_micros(now), wanted]
-        )
+        result = await self._link.load([keys.hash, keys.events], [to_micros(now), wanted])
         if result is None:
             return None
         fields, texts = result
-        return LoadedSession(_record(fields), decode_events(texts))
+        return LoadedSession(decode_record(fields), decode_events(texts))
 
     async def _save(self, request: SaveRequest, now: datetime) -> None:
         record = request.record
@@ -356,7 +293,7 @@ class RedisSessionManager(SessionManager):
             record.event_count,
         ]
         args.extend(event.data for event in request.new_events)
-        result = await self._run(self._save_script, [keys.hash, keys.events], args)
+        result = await self._link.save([keys.hash, keys.events], args)
         if result == 1:
             return
         if result == 0:
@@ -379,7 +316,7 @@ class RedisSessionManager(SessionManager):
         script_keys = [keys.hash, keys.events]
         if not self.cluster:
             script_keys.append(self.keys.index)
-        result = await self._run(self._delete_script, script_keys, [now_us, mode, user_id or ""])
+        result = await self._link.delete(script_keys, [now_us, mode, user_id or ""])
         verdict = int(result[0])
         if self.cluster and verdict in (0, 1):
             owner = result[1]
@@ -589,7 +526,7 @@ class RedisSessionManager(SessionManager):
             # and erases the session (and counts it); once Redis expires the keys, the
             # "gone" branch above drops the entry.
             return None, None
-        return _summary(fields), None
+        return decode_record(fields).summary(), None
 
     async def _apply_fixes(self, fixes: list[_Fix]) -> None:
         if not fixes:
@@ -597,8 +534,8 @@ class RedisSessionManager(SessionManager):
 
         def move(fix: _Fix) -> Awaitable[Any]:
             new_score = "" if fix.new_score is None else fix.new_score
-            return self._run(
-                self._move_script, [fix.entry.index], [fix.entry.member, fix.entry.score, new_score]
+            return self._link.move(
+                [fix.entry.index], [fix.entry.member, fix.entry.score, new_score]
             )
 
         await _bounded(move, fixes)
@@ -621,6 +558,11 @@ class _Link:
 
 async def _close_link(link: _Link) -> None:
     await link.client.aclose()
+    pool = getattr(link.client, "connection_pool", None)  # a cluster has one per node
+    if isinstance(pool, SentinelConnectionPool):
+        # The Sentinels' clients are not the primary's: closing that one leaves them open.
+        for sentinel in pool.sentinel_manager.sentinels:
+            await sentinel.aclose()
 
 
 def _pexpireat(expires: datetime) -> int:
@@ -631,34 +573,6 @@ def _pexpireat(expires: datetime) -> int:
 def _scored(pairs: Any) -> list[tuple[bytes, int]]:
     """redis-py's ZRANGE WITHSCORES reply (typed loosely by redis-py), as what it is."""
     return [(member, int(score)) for member, score in pairs]
-
-
-def _record(fields: list[bytes | None]) -> SessionRecord:
-    session_id, user_id, state, version, created, updated, expires, count = fields
-    assert session_id is not None and state is not None
-    return SessionRecord(
-        session_id=session_id.decode(),
-        user_id=None if user_id is None else user_id.decode(),
-        state=state.decode(),
-        version=int(version),  # type: ignore[arg-type]
-        created_at=from_micros(int(created)),  # type: ignore[arg-type]
-        updated_at=from_micros(int(updated)),  # type: ignore[arg-type]
-        expires_at=None if expires is None else from_micros(int(expires)),
-        event_count=int(count),  # type: ignore[arg-type]
-    )
-
-
-def _summary(fields: list[bytes | None]) -> SessionSummary:
-    session_id, user_id, _, version, created, updated, _, count = fields
-    assert session_id is not None
-    return SessionSummary(
-        session_id=session_id.decode(),
-        user_id=None if user_id is None else user_id.decode(),
-        created_at=from_micros(int(created)),  # type: ignore[arg-type]
-        updated_at=from_micros(int(updated)),  # type: ignore[arg-type]
-        event_count=int(count),  # type: ignore[arg-type]
-        version=int(version),  # type: ignore[arg-type]
-    )
 
 
 async def _bounded(call: Callable[[E], Awaitable[T]], items: Sequence[E]) -> list[T]:

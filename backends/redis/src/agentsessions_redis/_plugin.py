@@ -19,7 +19,16 @@ def agentsessions_backends() -> list[BackendSpec]:
         BackendSpec(
             # "unix" is the deprecated name of "redis+unix" (a generic name that other
             # engines' plugins may claim too); it keeps working, with a warning.
-            schemes=("redis", "rediss", "redis+unix", "unix", "redis+cluster", "rediss+cluster"),
+            schemes=(
+                "redis",
+                "rediss",
+                "redis+unix",
+                "unix",
+                "redis+cluster",
+                "rediss+cluster",
+                "redis+sentinel",
+                "rediss+sentinel",
+            ),
             manager="agentsessions_redis._manager:RedisSessionManager",
             distribution="agentsessions-redis",
             version=__version__,

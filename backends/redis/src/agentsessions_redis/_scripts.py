@@ -88,18 +88,24 @@ return {1}
 # Returns 1 saved (or saved before: the token is stored), 0 absent or expired, -1
 # version conflict (nothing written).
 SAVE = """
-local cur = redis.call('HMGET', KEYS[1], 't', 'v', 'x')
+local cur = redis.call('HMGET', KEYS[1], 't', 'v', 'x', 'n')
 if not cur[1] then return 0 end
 local tokens = cur[1]
 if #tokens % 32 ~= 0 then tokens = '' end
-for i = 1, #tokens, 32 do
-  if string.sub(tokens, i, i + 31) == ARGV[3] then return 1 end
+-- One plain substring search (C) instead of a Lua loop over the kept tokens; a hit
+-- counts only at a token boundary (hex tokens could match across two neighbours).
+local at = #ARGV[3] == 32 and string.find(tokens, ARGV[3], 1, true)
+while at do
+  if at % 32 == 1 then return 1 end
+  at = string.find(tokens, ARGV[3], at + 1, true)
 end
 tokens = ARGV[3] .. string.sub(tokens, 1, {keep_chars})
 if cur[3] and tonumber(cur[3]) <= tonumber(ARGV[1]) then return 0 end
 if cur[2] ~= ARGV[2] then return -1 end
 local keep = tonumber(ARGV[4])
-if keep < redis.call('LLEN', KEYS[2]) then
+-- 'n' is the length of the events list (every script writes both together).
+local stored = cur[4] and tonumber(cur[4]) or redis.call('LLEN', KEYS[2])
+if keep < stored then
   if keep == 0 then
     redis.call('DEL', KEYS[2])
   else
@@ -121,9 +127,13 @@ if ARGV[8] ~= '' then
 else
   redis.call('HSET', KEYS[1], 's', ARGV[5], 'v', ARGV[6], 'm', ARGV[7], 'n', ARGV[10],
              't', tokens)
-  redis.call('HDEL', KEYS[1], 'x')
-  redis.call('PERSIST', KEYS[1])
-  redis.call('PERSIST', KEYS[2])
+  if cur[3] then
+    -- Keys carry a TTL only while the hash holds 'x' (every script sets both
+    -- together), so a session saved without ttl before has nothing to persist.
+    redis.call('HDEL', KEYS[1], 'x')
+    redis.call('PERSIST', KEYS[1])
+    redis.call('PERSIST', KEYS[2])
+  end
 end
 return 1
 """.replace("{keep_chars}", str(32 * (TOKENS_KEPT - 1)))

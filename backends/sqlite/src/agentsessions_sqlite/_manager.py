@@ -35,7 +35,8 @@ from agentsessions.backend import (
     SessionManager,
     SessionRecord,
     decode_events,
-    from_micros,
+    decode_record,
+    decode_summary,
     to_micros,
 )
 
@@ -181,7 +182,6 @@ def _load(
     row = conn.execute(_SELECT_SESSION, (namespace, session_id, now)).fetchone()
     if row is None:
         return None
-    user_id, state, version, created, updated, expires, event_count = row
     if last_events is None:
         rows = conn.execute(_SELECT_ALL_EVENTS[utf8], (namespace, session_id)).fetchall()
     elif last_events:
@@ -191,18 +191,8 @@ def _load(
         rows.reverse()
     else:
         rows = []
-    record = SessionRecord(
-        session_id=session_id,
-        user_id=user_id,
-        state=state,
-        version=version,
-        created_at=from_micros(created),
-        updated_at=from_micros(updated),
-        expires_at=None if expires is None else from_micros(expires),
-        event_count=event_count,
-    )
     # One batch decode of every event (pydantic-core); map() keeps the unpacking in C.
-    return LoadedSession(record, decode_events(list(map(_first, rows))))
+    return LoadedSession(decode_record((session_id, *row)), decode_events(list(map(_first, rows))))
 
 
 def _create(conn: sqlite3.Connection, namespace: str, record: SessionRecord, now: int) -> bool:
@@ -321,17 +311,7 @@ def _list(
         params.extend(after)
     params.append(limit)
     rows = conn.execute(_LIST[user_id is not None, after is not None], params).fetchall()
-    return [
-        SessionSummary(
-            session_id=session_id,
-            user_id=owner,
-            created_at=from_micros(created),
-            updated_at=from_micros(updated),
-            event_count=event_count,
-            version=version,
-        )
-        for session_id, owner, created, updated, event_count, version in rows
-    ]
+    return list(map(decode_summary, rows))
 
 
 def _prepare_writer(conn: sqlite3.Connection, synchronous: str, memory: bool) -> None:
@@ -372,6 +352,9 @@ class SQLiteSessionManager(SessionManager):
 
     Options: ClassVar[type[ManagerOptions]] = SQLiteOptions
     options: SQLiteOptions
+    # Set by _open, which the base class runs before any other hook.
+    _writer: Link
+    _reader: Link
     driver_errors = (ErrorRule((sqlite3.Error,)),)
     capabilities = Capabilities(persistent=True, shared=True)
     db_system = "sqlite"
@@ -382,8 +365,7 @@ class SQLiteSessionManager(SessionManager):
         if self.path == MEMORY:
             # The URL decides what this manager can do, so it is set per instance.
             self.capabilities = Capabilities(persistent=False, shared=False)
-        self._writer: Link | None = None
-        self._reader: Link | None = None
+        self._ns = self.options.namespace
         self._utf8 = True
 
     @property
@@ -442,19 +424,11 @@ class SQLiteSessionManager(SessionManager):
         return reason
 
     async def _close(self) -> None:
-        writer, reader = self._writer, self._reader
-        self._writer = self._reader = None
-        if reader is not None and reader is not writer:
-            await reader.close()
-        if writer is not None:
-            await writer.close()
+        if self._reader is not self._writer:
+            await self._reader.close()
+        await self._writer.close()
 
     # -- plumbing -------------------------------------------------------------------------
-
-    def _links(self) -> tuple[Link, Link]:
-        if self._writer is None or self._reader is None:
-            raise BackendUnavailableError(self.url, "the manager is not open")
-        return self._writer, self._reader
 
     def _translate(self, exc: BaseException) -> SessionError | None:
         if isinstance(exc, sqlite3.Error) and is_busy(exc):
@@ -467,26 +441,21 @@ class SQLiteSessionManager(SessionManager):
     # -- hooks ----------------------------------------------------------------------------
 
     async def _create(self, record: SessionRecord, now: datetime) -> None:
-        writer, _ = self._links()
-        created = await writer.write(_create, self.options.namespace, record, to_micros(now))
+        created = await self._writer.write(_create, self._ns, record, to_micros(now))
         if not created:
             raise SessionExistsError(record.session_id)
 
     async def _restore(
         self, record: SessionRecord, events: list[EventRecord], now: datetime
     ) -> None:
-        writer, _ = self._links()
-        restored = await writer.write(
-            _restore, self.options.namespace, record, events, to_micros(now)
-        )
+        restored = await self._writer.write(_restore, self._ns, record, events, to_micros(now))
         if not restored:
             raise SessionExistsError(record.session_id)
 
     async def _load(
         self, session_id: str, last_events: int | None, now: datetime
     ) -> LoadedSession | None:
-        _, reader = self._links()
-        return await reader.read(
+        return await self._reader.read(
             _load,
             self.options.namespace,
             session_id,
@@ -496,16 +465,13 @@ class SQLiteSessionManager(SessionManager):
         )
 
     async def _save(self, request: SaveRequest, now: datetime) -> None:
-        writer, _ = self._links()
-        await writer.write(_save, self.options.namespace, request, to_micros(now))
+        await self._writer.write(_save, self._ns, request, to_micros(now))
 
     async def _delete(self, session_id: str, now: datetime) -> bool:
-        writer, _ = self._links()
-        return await writer.write(_delete, self.options.namespace, session_id, to_micros(now))
+        return await self._writer.write(_delete, self._ns, session_id, to_micros(now))
 
     async def _delete_user(self, user_id: str, now: datetime) -> int:
-        writer, _ = self._links()
-        return await writer.write(_delete_user, self.options.namespace, user_id, to_micros(now))
+        return await self._writer.write(_delete_user, self._ns, user_id, to_micros(now))
 
     async def _list(
         self,
@@ -514,12 +480,8 @@ class SQLiteSessionManager(SessionManager):
         after: tuple[datetime, str] | None,
         now: datetime,
     ) -> list[SessionSummary]:
-        _, reader = self._links()
         position = None if after is None else (to_micros(after[0]), after[1])
-        return await reader.call(
-            _list, self.options.namespace, user_id, limit, position, to_micros(now)
-        )
+        return await self._reader.call(_list, self._ns, user_id, limit, position, to_micros(now))
 
     async def _purge_expired(self, now: datetime) -> int:
-        writer, _ = self._links()
-        return await writer.write(_purge_expired, self.options.namespace, to_micros(now))
+        return await self._writer.write(_purge_expired, self._ns, to_micros(now))

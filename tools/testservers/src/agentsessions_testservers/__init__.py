@@ -25,6 +25,7 @@ from ._find import (
     find_postgres,
     find_redis,
     find_redis_cluster,
+    find_redis_sentinel,
     started_server,
     stop_all,
 )
@@ -32,13 +33,16 @@ from ._mongo import SECANTUS_SPEC, ensure_secantus, start_mongo
 from ._postgres import start_postgres
 from ._process import ManagedServer, ServerUnavailable, free_port
 from ._redis import start_redis, start_redis_cluster
+from ._sentinel import SENTINEL_SERVICE, RedisSentinelServer, start_redis_sentinel
 
 __all__ = [
     "ENV_VARS",
     "KINDS",
     "SECANTUS_SPEC",
+    "SENTINEL_SERVICE",
     "Kind",
     "ManagedServer",
+    "RedisSentinelServer",
     "ServerUnavailable",
     "ensure_secantus",
     "find",
@@ -46,11 +50,13 @@ __all__ = [
     "find_postgres",
     "find_redis",
     "find_redis_cluster",
+    "find_redis_sentinel",
     "free_port",
     "start_mongo",
     "start_postgres",
     "start_redis",
     "start_redis_cluster",
+    "start_redis_sentinel",
     "started_server",
     "stop_all",
 ]

@@ -22,6 +22,7 @@ from ._mongo import start_mongo
 from ._postgres import start_postgres
 from ._process import ManagedServer, ServerUnavailable
 from ._redis import start_redis, start_redis_cluster
+from ._sentinel import start_redis_sentinel
 
 __all__ = [
     "ENV_VARS",
@@ -32,17 +33,19 @@ __all__ = [
     "find_postgres",
     "find_redis",
     "find_redis_cluster",
+    "find_redis_sentinel",
     "started_server",
     "stop_all",
 ]
 
-Kind = Literal["postgres", "redis", "redis-cluster", "mongo"]
+Kind = Literal["postgres", "redis", "redis-cluster", "redis-sentinel", "mongo"]
 KINDS: Final[tuple[Kind, ...]] = get_args(Kind)
 
 ENV_VARS: Final[dict[Kind, str]] = {
     "postgres": "AGENTSESSIONS_POSTGRES_URL",
     "redis": "AGENTSESSIONS_REDIS_URL",
     "redis-cluster": "AGENTSESSIONS_REDIS_CLUSTER_URL",
+    "redis-sentinel": "AGENTSESSIONS_REDIS_SENTINEL_URL",
     "mongo": "AGENTSESSIONS_MONGO_URL",
 }
 
@@ -50,6 +53,7 @@ _LOCAL: Final[dict[Kind, tuple[str, Callable[[], ManagedServer]]]] = {
     "postgres": ("local PostgreSQL", start_postgres),
     "redis": ("local redis-server", start_redis),
     "redis-cluster": ("local redis-server cluster", start_redis_cluster),
+    "redis-sentinel": ("local redis-server and Sentinels", start_redis_sentinel),
     "mongo": ("SecantusDB", start_mongo),
 }
 
@@ -128,6 +132,11 @@ def find_redis() -> str:
 def find_redis_cluster() -> str:
     """Redis Cluster URL (``redis+cluster://127.0.0.1:PORT`` when started here)."""
     return find("redis-cluster")
+
+
+def find_redis_sentinel() -> str:
+    """Redis Sentinel URL (``redis+sentinel://127.0.0.1:S1,...,127.0.0.1:S3/mymaster/0``)."""
+    return find("redis-sentinel")
 
 
 def find_mongo() -> str:

@@ -281,6 +281,16 @@ class Process:
             raise PortInUse(message)
         raise ServerUnavailable(message)
 
+    def kill(self) -> None:
+        """SIGKILL the child by PID and reap it (a crash, for failover drills)."""
+        popen = self._popen
+        if popen is None:
+            return
+        if popen.poll() is None:
+            popen.kill()
+            popen.wait()
+        self._popen = None
+
     def stop(self, grace: float = _STOP_GRACE_SECONDS) -> None:
         """Stop the child by PID: its stop signal, wait, then SIGKILL as a last resort."""
         popen = self._popen

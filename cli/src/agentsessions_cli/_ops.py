@@ -17,6 +17,20 @@ from pathlib import Path
 from typing import IO, Any, TypeVar
 
 import pydantic
+from agentsessions import (
+    InvalidInputError,
+    PartialSessionError,
+    Session,
+    SessionManager,
+    SessionSerializationError,
+    SessionSummary,
+    installed_backends,
+)
+
+# Not public API of core: the same release's internals (this distribution pins core's
+# minor version), kept private there so the library's surface stays the contract.
+from agentsessions._manager import check_restorable
+from agentsessions._registry import backend_problems, scheme_of
 from rich import box
 from rich.progress import (
     BarColumn,
@@ -30,11 +44,6 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
-from .._errors import InvalidInputError, PartialSessionError, SessionSerializationError
-from .._manager import SessionManager, check_restorable
-from .._models import Session, SessionSummary
-from .._registry import backend_problems, connect, installed_backends, scheme_of
-from .._transfer import PRESERVED_FIELDS, Outcome, differences, iter_batches, transfer_many
 from ._common import (
     EXIT_CODES_HELP,
     EXIT_FAILED,
@@ -42,10 +51,12 @@ from ._common import (
     EXIT_OK,
     EXIT_USAGE,
     CommandError,
+    connect,
     console,
     err_console,
     run,
 )
+from ._transfer import PRESERVED_FIELDS, Outcome, differences, iter_batches, transfer_many
 
 __all__ = ["register"]
 

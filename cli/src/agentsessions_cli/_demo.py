@@ -20,9 +20,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._manager import SessionManager
-from .._models import Event
-from ..runtime import Agent, Approval, ConflictPolicy, ExecutionContext, PendingToolCall
+from agentsessions import Event, SessionManager
+from agentsessions.runtime import Agent, Approval, ConflictPolicy, ExecutionContext, PendingToolCall
 
 __all__ = ["DemoAgent", "Memory", "SentNote", "recall"]
 

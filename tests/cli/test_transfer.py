@@ -13,8 +13,8 @@ from agentsessions import (
     Session,
     SessionExistsError,
 )
-from agentsessions._transfer import Outcome, differences, transfer_many, transfer_session
 from agentsessions.backend import EventRecord, SessionRecord
+from agentsessions_cli._transfer import Outcome, differences, transfer_many, transfer_session
 
 _THEN = datetime(2022, 2, 2, 2, 2, 2, 222222, tzinfo=timezone.utc)
 

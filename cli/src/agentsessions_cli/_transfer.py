@@ -13,9 +13,7 @@ import enum
 from collections.abc import AsyncIterator, Awaitable, Iterable
 from typing import Any, TypeVar, cast
 
-from ._errors import SessionExistsError
-from ._manager import SessionManager
-from ._models import Session
+from agentsessions import Session, SessionExistsError, SessionManager
 
 __all__ = [
     "PRESERVED_FIELDS",

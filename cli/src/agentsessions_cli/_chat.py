@@ -3,7 +3,7 @@
 ``chat`` is deliberately one turn per process: running it twice with one
 ``--session`` shows that the conversation lives in the store, not in a process.
 ``demo`` proves exactly that by running every turn of a scripted conversation as a
-separate ``python -m agentsessions chat`` process, pause for approval included.
+separate ``python -m agentsessions_cli chat`` process, pause for approval included.
 """
 
 from __future__ import annotations
@@ -18,14 +18,12 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from agentsessions import Session, connect, mask_url
+from agentsessions.runtime import RunResult
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .._models import Session
-from .._registry import connect
-from .._urls import mask_url
-from ..runtime import RunResult
 from ._common import EXIT_CODES_HELP, EXIT_USAGE, CommandError, console, run
 from ._demo import DemoAgent
 
@@ -190,7 +188,7 @@ async def _play(url: str) -> int:
 
 async def _run_child(url: str, session_id: str, message: str) -> dict[str, Any]:
     command = [
-        sys.executable, "-m", "agentsessions", "chat", "--json",
+        sys.executable, "-m", "agentsessions_cli", "chat", "--json",
         "--url", url, "--session", session_id, "--user", DEMO_USER, "--", message,
     ]  # fmt: skip
     process = await asyncio.create_subprocess_exec(

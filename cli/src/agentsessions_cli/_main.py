@@ -1,9 +1,8 @@
 """The ``agentsessions`` command: one small dispatcher, each verb group in its own module.
 
-The command line is the ``agentsessions[cli]`` extra: without rich it says how to get
-it instead of failing with a traceback. Verbs that belong to other distributions (the
-kit's ``conformance``, the benchmarks' ``bench``) come from the ``agentsessions.cli``
-entry point group, so core never imports them and lists only the verbs installed.
+Verbs that belong to other distributions (the kit's ``conformance``, the benchmarks'
+``bench``) come from the ``agentsessions.cli`` entry point group, so this distribution
+never imports them and lists only the verbs installed.
 """
 
 from __future__ import annotations
@@ -11,10 +10,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.metadata
-import importlib.util
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
+
+from ._common import CommandError, fail
 
 __all__ = ["ENTRY_POINT_GROUP", "build_parser", "main"]
 
@@ -23,12 +23,9 @@ ENTRY_POINT_GROUP = "agentsessions.cli"
 
 # Each module defines ``register(subparsers)``; a parser's ``func`` returns the exit code.
 _VERB_MODULES = (
-    "agentsessions._cli._chat",
-    "agentsessions._cli._ops",
-)
-
-_MISSING_CLI = (
-    "agentsessions: the command line needs the cli extra: pip install 'agentsessions[cli]'"
+    "agentsessions_cli._chat",
+    "agentsessions_cli._ops",
+    "agentsessions_cli._rekey",
 )
 
 
@@ -92,19 +89,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    if importlib.util.find_spec("rich") is None:
-        print(_MISSING_CLI, file=sys.stderr)
-        return 2
     parser = build_parser()
     args = parser.parse_args(argv)
-    from ._common import CommandError, fail
 
     try:
         code: int = args.func(args)
     except CommandError as exc:  # raised before the verb's own run() could report it
         return fail(str(exc), exc.code)
     return code
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -1,0 +1,54 @@
+"""The options of a Redis URL (``?namespace=app&socket_timeout=2``) and the driver's own."""
+
+from __future__ import annotations
+
+from agentsessions.backend import ManagerOptions, PoolSize, Timeout
+from pydantic import Field
+
+__all__ = ["DRIVER_QUERY_PARAMS", "RedisOptions"]
+
+#: redis-py's own URL parameters: they stay in the URL, parsed as redis-py documents them.
+DRIVER_QUERY_PARAMS = frozenset(
+    {
+        "db",
+        "username",
+        "password",
+        "client_name",
+        "health_check_interval",
+        "socket_keepalive",
+        "ssl_cert_reqs",
+        "ssl_ca_certs",
+        "ssl_ca_path",
+        "ssl_certfile",
+        "ssl_keyfile",
+        "ssl_check_hostname",
+        "ssl_min_version",
+        "ssl_ciphers",
+        # The Sentinels' own credentials (redis+sentinel:// only), see _client.
+        "sentinel_username",
+        "sentinel_password",
+    }
+)
+
+
+class RedisOptions(ManagerOptions):
+    """Options of the Redis backend (query string or keyword arguments)."""
+
+    socket_timeout: Timeout | None = Field(
+        default=None,
+        description="seconds to wait for one reply before giving up (default: the timeout)",
+    )
+    connect_timeout: Timeout | None = Field(
+        default=None,
+        description="seconds to wait for one connection (default: the timeout)",
+    )
+    max_connections: PoolSize | None = Field(
+        default=None, description="connection pool size (per node in a cluster)"
+    )
+    retries: int = Field(
+        default=3,
+        ge=0,
+        le=100,
+        description="reconnect-and-resend attempts after a dropped connection, all within "
+        "the call's timeout",
+    )
