@@ -29,6 +29,7 @@ from agentsessions import (
 )
 from agentsessions._memory import _live, _Stored
 from agentsessions.backend import (
+    CompactRequest,
     LoadedSession,
     SaveRequest,
     SessionRecord,
@@ -1083,6 +1084,71 @@ class SQLiteNoVersionCheckManager(_SQLiteBroken, Broken):
         if loaded is not None:
             request = replace(request, expected_version=loaded.record.version)
         await super()._save(request, now)
+
+
+# -- compaction ---------------------------------------------------------------------------
+
+
+class CompactIgnoresVersionManager(MemorySessionManager, Broken):
+    """compact() replaces the prefix whatever version is stored: a stale copy compacts
+    over a save that landed since its load."""
+
+    caught_by = frozenset({"test_compact_is_version_checked"})
+
+    async def _compact(self, request: CompactRequest, now: datetime) -> None:
+        with self._store.lock:
+            stored = _live(self._space.get(request.session_id), now)
+            current = request.expected_version if stored is None else stored.record.version
+        await super()._compact(replace(request, expected_version=current), now)
+
+
+class CompactAlwaysArchivesManager(MemorySessionManager, Broken):
+    """compact() archives the replaced events even when not asked to (keeps what the
+    application compacted away)."""
+
+    caught_by = frozenset({"test_compact_archives_only_when_asked"})
+
+    async def _compact(self, request: CompactRequest, now: datetime) -> None:
+        await super()._compact(replace(request, archive=True), now)
+
+
+class SQLiteCompactForgetsArchiveManager(_SQLiteBroken, Broken):
+    """compact(archive=True) deletes the replaced rows without archiving them."""
+
+    caught_by = frozenset({"test_compact_archives_only_when_asked"})
+
+    async def _compact(self, request: CompactRequest, now: datetime) -> None:
+        await super()._compact(replace(request, archive=False), now)
+
+
+def _compact_keeping_rows(
+    conn: sqlite3.Connection, ns: str, request: CompactRequest, now: int
+) -> None:
+    # The replaced rows stay below the new first position: invisible to tail reads only.
+    shifted = replace(request, replaced=len(request.new_events), archive=False)
+    sqlite_impl._compact(
+        conn, ns, replace(shifted, stored_event_count=request.stored_event_count), now
+    )
+    conn.execute(
+        "UPDATE agentsessions_sessions SET event_count = ? WHERE namespace = ? AND session_id = ?",
+        (request.event_count, ns, request.session_id),
+    )
+
+
+class SQLiteCompactLeavesRowsManager(_SQLiteBroken, Broken):
+    """compact() overwrites the head's first rows and leaves the other replaced rows
+    stored (a full read returns them)."""
+
+    caught_by = frozenset(
+        {
+            "test_compact_replaces_the_prefix",
+            "test_compact_twice_and_rewrite",
+            "test_compact_archives_only_when_asked",
+        }
+    )
+
+    async def _compact(self, request: CompactRequest, now: datetime) -> None:
+        await self._write(_compact_keeping_rows, request, to_micros(now))
 
 
 def _broken_classes() -> dict[str, type[SessionManager]]:

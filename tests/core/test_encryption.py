@@ -292,9 +292,9 @@ async def test_swapped_events_are_detected_naming_the_event() -> None:
     events[0], events[1] = events[1], events[0]
     with pytest.raises(SessionDecryptionError) as caught:
         await manager.get(session_id)
-    second_id = Event.model_validate_json(events[0]).id
-    assert caught.value.part == f"event 0 (id {second_id!r})"
-    assert first_id != second_id
+    # Event 0 fixes the session's shift, event 1 contradicts it.
+    assert caught.value.part == f"event 1 (id {first_id!r})"
+    assert "out of place" in str(caught.value)
 
 
 async def test_ciphertext_copied_to_another_session_or_namespace_fails() -> None:
@@ -320,6 +320,65 @@ async def test_ciphertext_copied_to_another_session_or_namespace_fails() -> None
         await other_ns.get(source)
 
 
+async def test_an_event_copied_over_another_of_its_session_is_out_of_place() -> None:
+    manager = encrypted(fresh_url(), keyring(k1=os.urandom(32)))
+    session_id = await stored_session(manager)
+    events = store_of(manager)[session_id].events
+    events[2] = events[0]
+    with pytest.raises(SessionDecryptionError, match=r"event 2 .* is out of place"):
+        await manager.get(session_id)
+    with pytest.raises(SessionDecryptionError, match="out of place"):
+        await manager.get(session_id, last_events=2)
+
+
+async def test_compaction_keeps_every_event_readable_and_sealed() -> None:
+    manager = encrypted(fresh_url(), keyring(k1=os.urandom(32)))
+    session_id = await stored_session(manager, count=6)
+    session = await manager.get(session_id, last_events=4)
+    assert session is not None
+    summary = [Event(author="summary", content=f"{SECRET} summary", metadata={"k": SECRET})]
+    await manager.compact(session, session.events[1].id, summary, archive=True)
+    session.add_event("user", "after")
+    await manager.save(session)  # sealed with the shift the compaction left
+    await manager.update(session_id, lambda s: s.add_event("user", "tail"), last_events=0)
+    loaded = await manager.with_options().get(session_id)
+    assert loaded is not None
+    assert [event.content for event in loaded.events] == [
+        f"{SECRET} summary",
+        f"{SECRET} 4",
+        f"{SECRET} 5",
+        "after",
+        "tail",
+    ]
+    assert loaded.events[0].metadata == {"k": SECRET}
+    archived = await manager.archived_events(session_id)
+    assert [event.content for event in archived] == [f"{SECRET} {n}" for n in range(4)]
+    stored = store_of(manager)[session_id]
+    assert all(SECRET not in text for text in stored.events)
+    # A second compaction, over a window loaded from the tail, and a full rewrite.
+    tail = await manager.get(session_id, last_events=3)
+    assert tail is not None
+    await manager.compact(tail, tail.events[0].id, [Event(author="summary", content="s2")])
+    again = await manager.get(session_id)
+    assert again is not None
+    assert [event.content for event in again.events] == ["s2", "after", "tail"]
+    again.events[0] = again.events[0].model_copy(update={"content": "rewritten"})
+    await manager.save(again)
+    final = await manager.get(session_id)
+    assert final is not None
+    assert [event.content for event in final.events] == ["rewritten", "after", "tail"]
+
+
+async def test_an_event_removed_from_the_middle_is_detected() -> None:
+    manager = encrypted(fresh_url(), keyring(k1=os.urandom(32)))
+    session_id = await stored_session(manager, count=4)
+    stored = store_of(manager)[session_id]
+    del stored.events[1]
+    stored.record = replace(stored.record, event_count=3)
+    with pytest.raises(SessionDecryptionError, match=r"event 1 .* out of place"):
+        await manager.get(session_id)
+
+
 @pytest.mark.parametrize("field", ["id", "author", "timestamp", "ciphertext"])
 async def test_altered_clear_fields_or_ciphertext_fail(field: str) -> None:
     manager = encrypted(fresh_url(), keyring(k1=os.urandom(32)))
@@ -327,10 +386,10 @@ async def test_altered_clear_fields_or_ciphertext_fail(field: str) -> None:
     events = store_of(manager)[session_id].events
     event = Event.model_validate_json(events[2])
     if field == "ciphertext":
-        kid, _, blob = event.metadata[MARKER].partition(":")
+        place, _, blob = event.metadata[MARKER].rpartition(":")
         raw = bytearray(base64.b64decode(blob))
         raw[-1] ^= 1
-        changed = {"metadata": {MARKER: f"{kid}:{base64.b64encode(bytes(raw)).decode()}"}}
+        changed = {"metadata": {MARKER: f"{place}:{base64.b64encode(bytes(raw)).decode()}"}}
     elif field == "timestamp":
         changed = {"timestamp": event.timestamp + timedelta(microseconds=1)}
     else:
@@ -434,5 +493,6 @@ def test_sealed_events_name_only_what_stays_clear() -> None:
         when,
         None,
     )
-    opened = ring.open_events("ns", "s", [stored], 0)
+    opened, shift = ring.open_events("ns", "s", [stored], 0)
     assert opened[0].model_dump() == event.model_dump()
+    assert shift == 0

@@ -17,8 +17,9 @@ ABSTRACT = sorted(
     and not name.startswith("__")
     and getattr(value, "__isabstractmethod__", False)
 )
-# The hooks with a default: engines that expire data, or keep per-loop connections.
-HOOKS = [*ABSTRACT, "_open", "_close", "_purge_expired"]
+# The hooks with a default: engines that expire data, keep per-loop connections, or
+# do not compact.
+HOOKS = [*ABSTRACT, "_open", "_close", "_purge_expired", "_compact", "_archived"]
 
 
 def test_the_hooks_are_found() -> None:

@@ -297,6 +297,39 @@ async def test_concurrent_add_items_all_land(
         assert stored[start : start + 3] == batch
 
 
+async def test_add_items_after_get_items_saves_the_read_copy_without_loading_again(
+    manager: SessionManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    session = AgentSessionsSession("conv-held", manager)
+    await session.add_items(ITEM_SHAPES[:3])
+    loads: list[int | None] = []
+    load = manager._load
+
+    async def counted(session_id: str, last_events: int | None, now: Any) -> Any:
+        loads.append(last_events)
+        return await load(session_id, last_events, now)
+
+    monkeypatch.setattr(manager, "_load", counted)
+    assert await session.get_items() == ITEM_SHAPES[:3]
+    await session.add_items(ITEM_SHAPES[3:4])
+    await session.add_items(ITEM_SHAPES[4:5])
+    assert loads == [None]  # the read only: both appends saved the copy it loaded
+    assert session._held is not None and session._held.events == []  # no history kept
+    # Another writer saves in between: the held copy is stale, so the append loads
+    # the version again (last_events=0) and lands after the other writer's item.
+    other = AgentSessionsSession("conv-held", manager)
+    await session.get_items(limit=1)
+    await other.add_items([{"role": "user", "content": "from the other writer"}])
+    await session.add_items(ITEM_SHAPES[:1])
+    stored = await AgentSessionsSession("conv-held", manager).get_items()
+    assert stored == [
+        *ITEM_SHAPES[:5],
+        {"role": "user", "content": "from the other writer"},
+        ITEM_SHAPES[0],
+    ]
+    assert 0 in loads[1:]
+
+
 async def test_concurrent_creation_by_add_items_loses_nothing(manager: SessionManager) -> None:
     batches = [[{"role": "user", "content": f"first write {n}"}] for n in range(5)]
     await asyncio.gather(

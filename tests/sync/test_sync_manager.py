@@ -337,3 +337,18 @@ def test_a_call_in_flight_when_closing_is_told_the_manager_closed() -> None:
     caller.join(TIMEOUT)
     assert not caller.is_alive(), "a call in flight hung when the manager closed"
     assert len(outcome) == 1 and isinstance(outcome[0], ManagerClosedError)
+
+
+def test_compaction_blocking(manager: SyncSessionManager) -> None:
+    session = manager.create("compacted")
+    for index in range(10):
+        session.add_event("user", index)
+    manager.save(session)
+    tail = manager.get("compacted", last_events=3)
+    assert tail is not None
+    summary = Event(author="summarizer", content="0 to 7")
+    manager.compact(tail, tail.events[0].id, [summary], archive=True)
+    stored = manager.get("compacted")
+    assert stored is not None
+    assert [event.content for event in stored.events] == ["0 to 7", 8, 9]
+    assert [event.content for event in manager.archived_events("compacted")] == list(range(8))

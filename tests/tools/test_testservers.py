@@ -183,6 +183,37 @@ def test_redis_cluster_roundtrip_and_restart(owned: list[ManagedServer]) -> None
     assert asyncio.run(write_read()) == 3
 
 
+@pytest.mark.redis
+def test_redis_sentinel_names_the_primary_and_restarts(owned: list[ManagedServer]) -> None:
+    sentinel = pytest.importorskip("redis.asyncio.sentinel")
+    server = _start(servers.start_redis_sentinel)
+    owned.append(server)
+    assert isinstance(server, servers.RedisSentinelServer)
+    assert server.url.startswith("redis+sentinel://127.0.0.1:")
+    assert server.url.endswith(f"/{servers.SENTINEL_SERVICE}/0")
+    primary, replica = server.data_ports
+
+    async def write_read() -> tuple[str, int]:
+        finder = sentinel.Sentinel([("127.0.0.1", port) for port in server.sentinel_ports])
+        client = finder.master_for(servers.SENTINEL_SERVICE)
+        try:
+            await client.set("key", "value")
+            assert await client.get("key") == b"value"
+            # Three Sentinels, each knowing the replica and the two others.
+            host, port = await finder.discover_master(servers.SENTINEL_SERVICE)
+            return host, port
+        finally:
+            await client.aclose()
+            for each in finder.sentinels:
+                await each.aclose()
+
+    assert asyncio.run(write_read()) == ("127.0.0.1", primary)
+    assert server.primary_port() == primary
+    assert "role:slave" in servers.redis_command(replica, "INFO", "replication")
+    _restart(server)
+    assert asyncio.run(write_read()) == ("127.0.0.1", primary)
+
+
 @pytest.mark.mongo
 def test_mongo_roundtrip_and_restart(owned: list[ManagedServer]) -> None:
     pymongo = pytest.importorskip("pymongo")

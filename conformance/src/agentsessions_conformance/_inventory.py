@@ -20,17 +20,22 @@ class Inventory:
     ``records``: how many session rows / hashes / documents carry the id (0 or 1).
     ``events``: the position of every stored event row / list entry / document of it,
     in any order (a list's indexes are its positions), orphans of earlier lives included.
+    A backend that keeps an offset instead of renumbering the events a compaction keeps
+    reports positions relative to it (the first event at 0).
     ``other``: anything else that still names the session (index entries, user sets),
     one short description each; it must be empty once the session is erased.
+    ``archived``: how many events compactions archived for the session (rows, list
+    entries, documents of the archive); 0 for a backend without compaction.
     """
 
     records: int
     events: list[int] = field(default_factory=list)
     other: list[str] = field(default_factory=list)
+    archived: int = 0
 
     @property
     def erased(self) -> bool:
-        return self.records == 0 and not self.events and not self.other
+        return self.records == 0 and not self.events and not self.other and not self.archived
 
 
 def memory_inventory(manager: SessionManager, session_id: str) -> Inventory:
@@ -44,7 +49,9 @@ def memory_inventory(manager: SessionManager, session_id: str) -> Inventory:
         stored = store.spaces.get(manager.options.namespace, {}).get(session_id)
         if stored is None:
             return Inventory(records=0)
-        return Inventory(records=1, events=list(range(len(stored.events))))
+        return Inventory(
+            records=1, events=list(range(len(stored.events))), archived=len(stored.archive)
+        )
 
 
 def _sqlite_rows(conn: sqlite3.Connection, namespace: str, session_id: str) -> Inventory:
@@ -52,10 +59,22 @@ def _sqlite_rows(conn: sqlite3.Connection, namespace: str, session_id: str) -> I
     (records,) = conn.execute(
         "SELECT count(*) FROM agentsessions_sessions WHERE namespace = ? AND session_id = ?", key
     ).fetchone()
+    # Relative to the session's first position (moved by compactions); orphans of an
+    # erased session count from 0.
+    first = conn.execute(
+        "SELECT first_position FROM agentsessions_sessions WHERE namespace = ? AND session_id = ?",
+        key,
+    ).fetchone()
+    base = first[0] if first else 0
     rows = conn.execute(
         "SELECT position FROM agentsessions_events WHERE namespace = ? AND session_id = ?", key
     ).fetchall()
-    return Inventory(records=records, events=[position for (position,) in rows])
+    (archived,) = conn.execute(
+        "SELECT count(*) FROM agentsessions_archive WHERE namespace = ? AND session_id = ?", key
+    ).fetchone()
+    return Inventory(
+        records=records, events=[position - base for (position,) in rows], archived=archived
+    )
 
 
 async def sqlite_inventory(manager: SessionManager, session_id: str) -> Inventory:

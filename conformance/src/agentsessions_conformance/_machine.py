@@ -73,6 +73,7 @@ class MachineConfig:
         self.clock = clock
         self.ttl = ttl
         self.stop = stop
+        self.compaction = subjects[0].capabilities.compaction
 
     def call(self, coro: Coroutine[Any, Any, T]) -> T:
         if self.stop.is_set():
@@ -269,6 +270,36 @@ def _machine(config: MachineConfig) -> type[RuleBasedStateMachine]:
             _same(got, want, f"save ({edit}) of {got_copy.session_id!r}")
             assert got_copy.model_dump() == want_copy.model_dump()
 
+        @precondition(lambda self: bool(self.held) and config.compaction)
+        @rule(
+            pick=st.integers(0, MAX_HELD - 1),
+            cut=st.integers(0, 8),
+            summaries=st.integers(0, 2),
+            archive=st.booleans(),
+            via=st.integers(0, 1),
+        )
+        def compact(self, pick: int, cut: int, summaries: int, archive: bool, via: int) -> None:
+            index = pick % len(self.held)
+            got_copy, want_copy, life = self.held[index]
+            now_life = self.life(want_copy.session_id)
+            if (now_life is not None and now_life is not life) or not want_copy.events:
+                del self.held[index]  # as in save(): an earlier life is not compared
+                return
+            through = want_copy.events[cut % len(want_copy.events)].id
+            replacement = [self.event("summary") for _ in range(summaries)]
+            subject = self.subjects[via % len(self.subjects)]
+
+            async def pair() -> tuple[tuple[str, Any], tuple[str, Any]]:
+                return await _attempt(
+                    subject.compact(got_copy, through, replacement, archive=archive)
+                ), await _attempt(
+                    self.reference.compact(want_copy, through, replacement, archive=archive)
+                )
+
+            got, want = config.call(pair())
+            _same(got, want, f"compact({got_copy.session_id!r}, through {through!r})")
+            assert got_copy.model_dump() == want_copy.model_dump()
+
         @rule(
             session_id=st.sampled_from(IDS),
             user=st.sampled_from(USERS),
@@ -335,11 +366,15 @@ def _machine(config: MachineConfig) -> type[RuleBasedStateMachine]:
         def everything_agrees(self) -> None:
             async def observe(manager: SessionManager) -> Any:
                 sessions = {}
+                archives = {}
                 for session_id in IDS:
                     found = await manager.get(session_id)
                     sessions[session_id] = None if found is None else found.model_dump()
+                    if config.compaction:
+                        archived = await manager.archived_events(session_id)
+                        archives[session_id] = [event.model_dump() for event in archived]
                 listing = await manager.list_sessions(limit=100)
-                return sessions, [asdict(item) for item in listing.items]
+                return sessions, [asdict(item) for item in listing.items], archives
 
             # Through each manager in turn: a manager that serves what it remembers
             # instead of what is stored disagrees after the other one's writes.
@@ -353,6 +388,7 @@ def _machine(config: MachineConfig) -> type[RuleBasedStateMachine]:
             for got in gots:
                 assert got[0] == want[0], "stored sessions differ from the reference"
                 assert got[1] == want[1], "listings differ from the reference"
+                assert got[2] == want[2], "archives of compacted events differ from the reference"
 
     return ContractMachine
 

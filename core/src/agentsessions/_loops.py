@@ -24,8 +24,8 @@ __all__ = ["LoopLock", "PerLoop"]
 
 T = TypeVar("T")
 
-#: How long closing one loop's resource may take before it is dropped without a
-#: goodbye to the server (a server that stopped answering).
+#: How long closing one loop's resource may take, unless told otherwise, before it is
+#: dropped without a goodbye to the server (a server that stopped answering).
 CLOSE_TIMEOUT = 10.0
 
 
@@ -121,7 +121,8 @@ class PerLoop(Generic[T]):
     by *close* in that loop when it shuts down or when `aclose` is called.
 
     *drop* releases a resource without its loop (the loop is closed, or idle in another
-    thread): it must not await, and may only abandon sockets.
+    thread), or one whose *close* took longer than *close_timeout* seconds: it must not
+    await, and may only abandon sockets.
     """
 
     def __init__(
@@ -129,10 +130,12 @@ class PerLoop(Generic[T]):
         open: Callable[[], Awaitable[T]],
         close: Callable[[T], Awaitable[None]],
         drop: Callable[[T], None] | None = None,
+        close_timeout: float = CLOSE_TIMEOUT,
     ) -> None:
         self._open = open
         self._close = close
         self._drop = drop
+        self._close_timeout = close_timeout
         self._mutex = threading.Lock()
         self._entries: dict[asyncio.AbstractEventLoop, _Entry[T]] = {}
         self._closed = False
@@ -208,7 +211,7 @@ class PerLoop(Generic[T]):
                 try:
                     # Bounded: a server that stopped answering must not hold up the
                     # loop's shutdown; its sockets are then dropped instead.
-                    await asyncio.wait_for(self._close(value), CLOSE_TIMEOUT)
+                    await asyncio.wait_for(self._close(value), self._close_timeout)
                 except (Exception, asyncio.TimeoutError):
                     if self._drop is not None:
                         with contextlib.suppress(Exception):

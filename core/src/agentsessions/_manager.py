@@ -13,7 +13,7 @@ import inspect
 import random
 import secrets
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
@@ -46,11 +46,13 @@ from ._loops import LoopLock, PerLoop
 from ._models import Event, Session, SessionPage, SessionSummary
 from ._records import (
     Capabilities,
+    CompactRequest,
     EventRecord,
     LoadedSession,
     SaveRequest,
     SessionRecord,
     decode_cursor,
+    decode_events,
     encode_cursor,
     encode_event,
 )
@@ -69,6 +71,7 @@ __all__ = [
     "MAX_TIMEOUT",
     "MAX_TTL",
     "ManagerOptions",
+    "SchemaTooNewError",
     "PoolSize",
     "Restorable",
     "SessionManager",
@@ -137,6 +140,20 @@ MAX_TTL = 100 * 365 * 24 * 3600
 MAX_TIMEOUT = 24 * 3600
 #: The largest connection pool option.
 MAX_POOL_SIZE = 10_000
+
+
+class SchemaTooNewError(Exception):
+    """Raised by a backend's migration: the store holds a schema from a newer release.
+
+    The base class turns it into a `BackendUnavailableError` telling the user to upgrade
+    the backend's distribution (older code could corrupt such a store). *where* names
+    the store ("the database", "schema 'app'").
+    """
+
+    def __init__(self, found: int, known: int, where: str = "the database") -> None:
+        super().__init__(found, known, where)
+        self.found, self.known, self.where = found, known, where
+
 
 #: A timeout option: finite seconds, more than 0, at most `MAX_TIMEOUT`.
 Timeout = Annotated[float, Field(gt=0, le=MAX_TIMEOUT, allow_inf_nan=False)]
@@ -309,18 +326,19 @@ class SessionManager(abc.ABC):
 
         *open* makes the running loop's resource on its first call in that loop, *close*
         releases it in that loop when the loop shuts down or the manager closes, *drop*
-        abandons one whose loop can no longer run (see `PerLoop`). *prepare* runs on the
-        first resource opened, until it succeeds once (create or migrate the schema,
-        build indexes); a resource whose *prepare* fails is dropped (closed without
-        *drop*). The manager opens the running loop's resource before any hook runs, so
-        hooks may use ``resources.current()``, and such a backend needs no `_open` or
-        `_close` of its own.
+        abandons one whose loop can no longer run or whose *close* outlasts half the
+        ``timeout`` option (so that a silent server never holds up closing; see
+        `PerLoop`). *prepare* runs on the first resource opened, until it succeeds once
+        (create or migrate the schema, build indexes); a resource whose *prepare* fails
+        is dropped (closed without *drop*). The manager opens the running loop's
+        resource before any hook runs, so hooks may use ``resources.current()``, and
+        such a backend needs no `_open` or `_close` of its own.
         """
         if self._per_loop is not None:
             raise RuntimeError("a manager keeps one set of per-loop resources")
         if prepare is not None:
             open = self._prepared(open, prepare, close, drop)
-        self._per_loop = PerLoop(open, close, drop)
+        self._per_loop = PerLoop(open, close, drop, close_timeout=self.options.timeout / 2)
         return self._per_loop
 
     @staticmethod
@@ -516,16 +534,19 @@ class SessionManager(abc.ABC):
         if user_id is not None and record.user_id != user_id:
             raise SessionOwnershipError(session_id, user_id)
         offset = record.event_count - len(loaded.events)
+        events, shift = self._open_events(session_id, loaded.events, offset)
         session = Session.model_construct(
             session_id=record.session_id,
             user_id=record.user_id,
-            events=self._open_events(session_id, loaded.events, offset),
+            events=events,
             state=_json.loads(self._open_state(session_id, record.state)),
             created_at=record.created_at,
             updated_at=record.updated_at,
             version=record.version,
         )
         mark_loaded(session, offset=offset, partial=last_events is not None)
+        if session._loaded is not None:
+            session._loaded.shift = shift
         return session
 
     async def get_or_create(
@@ -625,7 +646,13 @@ class SessionManager(abc.ABC):
             now = request.record.updated_at
             sent = loaded.sent
         else:
-            sent = self._sealed_request(request, events, keep_in_window)
+            shift = 0
+            if self.encryption is not None and keep:
+                # The kept events' shift, which the new ones must be sealed with.
+                if loaded.shift is None:
+                    loaded.shift = await self._stored_shift(session.session_id)
+                shift = loaded.shift
+            sent = self._sealed_request(request, events, keep_in_window, shift)
             self._check_event_sizes(sent.new_events, keep_in_window)
         loaded.pending = request
         loaded.sent = sent
@@ -636,9 +663,131 @@ class SessionManager(abc.ABC):
                 loaded.pending = loaded.sent = None  # a definite answer: it did not land
             raise
         loaded.pending = loaded.sent = None
+        if not keep:
+            loaded.shift = 0
         session.version = new_version
         session.updated_at = now
         loaded.saved(session, new_version, keep_in_window)
+
+    async def compact(
+        self,
+        session: Session,
+        through_event_id: str,
+        replacement: Sequence[Event],
+        *,
+        archive: bool = False,
+    ) -> None:
+        """Replace the events up to and including *through_event_id* with *replacement*.
+
+        The store deletes that prefix of the history and puts *replacement* (typically
+        one summary event) in its place, atomically and version-checked like a save:
+        `SessionConflictError` if another write landed since *session* was loaded, and
+        nothing is written. It costs what is replaced plus what is written, never what
+        stays, and the replaced events are never read: *session* may be loaded with
+        ``last_events`` as long as its events include *through_event_id* (the events
+        after it are what the store keeps, so duplicate ids are caught before any I/O).
+
+        ``archive=True`` keeps the replaced events in the backend's archive of the
+        session (a separate table, key or collection, erased with the session), read
+        back with `archived_events`. State is not written: changes to ``session.state``
+        stay pending for the next `save`. Events added to *session* since its load must
+        be saved first (`InvalidInputError`). On success *session* holds the whole
+        compacted history (``replacement`` then the kept events), at the new version.
+
+        Raises `NotImplementedError` on a backend without compaction
+        (``capabilities.compaction``).
+        """
+        if not isinstance(session, Session):
+            raise InvalidInputError(f"compact() takes a Session, not {type(session).__name__}")
+        session_id = validate_id(session.session_id)
+        validate_id(through_event_id, "through_event_id")
+        if type(archive) is not bool:
+            raise InvalidInputError(f"archive must be a bool, not {archive!r}")
+        given: object = replacement  # checked: callers without a type checker pass anything
+        if isinstance(given, (str, bytes, Event)) or not isinstance(given, Sequence):
+            raise InvalidInputError(
+                f"replacement must be a sequence of Event, not {type(given).__name__}"
+            )
+        if not self.capabilities.compaction:
+            raise NotImplementedError(f"{type(self).__name__} does not implement compaction")
+        loaded = self._tracking_of(session)
+        if loaded is None:
+            raise InvalidInputError(
+                f"session {session_id!r} was not loaded by a manager: compact() needs the "
+                "version and position of its events; get() it first"
+            )
+        window = session.events
+        if (
+            not isinstance(window, list)
+            or loaded.unchanged_prefix(window) != len(loaded.events)
+            or len(window) != len(loaded.events)
+        ):
+            raise InvalidInputError(
+                f"session {session_id!r} has unsaved changes to its events: save() it "
+                "before compacting"
+            )
+        cut = next(
+            (index for index, event in enumerate(loaded.events) if event.id == through_event_id),
+            None,
+        )
+        if cut is None:
+            where = "the events loaded" if loaded.partial else "the session"
+            raise InvalidInputError(
+                f"session {session_id!r}: no event with id {through_event_id!r} in {where} "
+                "(load it with enough last_events to include the cut)"
+            )
+        kept = loaded.events[cut + 1 :]
+        replacing = list(replacement)
+        new_events = _encode_events(replacing, 0, 0, {event.id for event in kept})
+        replaced = loaded.offset + cut + 1
+        # With encryption the kept events stay sealed where they were: their positions
+        # move by len(replacing) - replaced, and the session's shift the other way.
+        shift = (loaded.shift or 0) + replaced - len(replacing)
+        new_events = self._seal_events(session_id, replacing, 0, new_events, shift)
+        self._check_event_sizes(new_events, 0)
+        async with _deadline.call(self, "compact"):
+            await self._ready()
+            now = self.clock.now()
+            request = CompactRequest(
+                session_id=session_id,
+                expected_version=loaded.version,
+                version=loaded.version + 1,
+                updated_at=now,
+                expires_at=self._expiry(now),
+                stored_event_count=loaded.offset + len(loaded.events),
+                replaced=replaced,
+                new_events=new_events,
+                archive=archive,
+                token=new_token(),
+            )
+            await self._compact(request, now)
+        session.events = [*replacing, *kept]
+        session.version = request.version
+        session.updated_at = now
+        mark_loaded(session)
+        if session._loaded is not None:
+            session._loaded.shift = shift
+
+    async def archived_events(self, session_id: str, *, user_id: str | None = None) -> list[Event]:
+        """The events that `compact` with ``archive=True`` removed from *session_id*,
+        oldest compaction first, each in its original order; empty if none were archived.
+        """
+        validate_id(session_id)
+        _optional_id(user_id, "user_id")
+        if not self.capabilities.compaction:
+            raise NotImplementedError(f"{type(self).__name__} does not implement compaction")
+        async with _deadline.call(self, "archived_events"):
+            await self._ready()
+            now = self.clock.now()
+            if user_id is not None:
+                loaded = await self._load(session_id, 0, now)
+                if loaded is not None and loaded.record.user_id != user_id:
+                    raise SessionOwnershipError(session_id, user_id)
+            texts = await self._archived(session_id, now)
+        events = decode_events(texts)
+        if self.encryption is None:
+            return events
+        return self.encryption.open_archived(self.options.namespace, session_id, events)
 
     def _encode_state(self, state: object) -> str:
         """The state as stored JSON text, after every check; raises before any I/O."""
@@ -677,9 +826,15 @@ class SessionManager(abc.ABC):
         return keyring.open_state(self.options.namespace, session_id, stored)
 
     def _seal_events(
-        self, session_id: str, events: list[Event], start: int, records: list[EventRecord]
+        self,
+        session_id: str,
+        events: list[Event],
+        start: int,
+        records: list[EventRecord],
+        shift: int = 0,
     ) -> list[EventRecord]:
-        """*records* (encoded from ``events[start:]``) as stored: sealed when encrypting."""
+        """*records* (encoded from ``events[start:]``) as stored: sealed when encrypting,
+        each at its position plus *shift* (the session's: see `Keyring.open_events`)."""
         keyring = self.encryption
         if keyring is None:
             return records
@@ -688,21 +843,40 @@ class SessionManager(abc.ABC):
             EventRecord(
                 record.position,
                 keyring.seal_event(
-                    namespace, session_id, events[start + index], record.position, record.data
+                    namespace,
+                    session_id,
+                    events[start + index],
+                    record.position + shift,
+                    record.data,
                 ),
             )
             for index, record in enumerate(records)
         ]
 
-    def _open_events(self, session_id: str, events: list[Event], first: int) -> list[Event]:
-        """Loaded events (``events[0]`` at position *first*), decrypted when encrypting."""
+    def _open_events(
+        self, session_id: str, events: list[Event], first: int
+    ) -> tuple[list[Event], int | None]:
+        """Loaded events (``events[0]`` at position *first*), decrypted when encrypting,
+        and the shift they were sealed with (None: not known from these events)."""
         keyring = self.encryption
         if keyring is None:
-            return events
+            return events, None
         return keyring.open_events(self.options.namespace, session_id, events, first)
 
-    def _sealed_request(self, request: SaveRequest, events: list[Event], start: int) -> SaveRequest:
-        """*request* as sent to the backend: sealed when encrypting."""
+    async def _stored_shift(self, session_id: str) -> int:
+        """The shift of a session's stored events, read from its last one: for a save
+        that keeps events it did not load (``last_events=0``)."""
+        tail = await self._load(session_id, 1, self.clock.now())
+        if tail is None or not tail.events:
+            return 0  # the save that follows finds it gone, or conflicts
+        _, shift = self._open_events(session_id, tail.events, tail.record.event_count - 1)
+        return 0 if shift is None else shift
+
+    def _sealed_request(
+        self, request: SaveRequest, events: list[Event], start: int, shift: int = 0
+    ) -> SaveRequest:
+        """*request* as sent to the backend: sealed (new events at their position plus
+        *shift*) when encrypting."""
         if self.encryption is None:
             return request
         session_id = request.record.session_id
@@ -710,7 +884,7 @@ class SessionManager(abc.ABC):
         return replace(
             request,
             record=replace(request.record, state=state),
-            new_events=self._seal_events(session_id, events, start, request.new_events),
+            new_events=self._seal_events(session_id, events, start, request.new_events, shift),
         )
 
     async def _rekey_session(
@@ -734,7 +908,7 @@ class SessionManager(abc.ABC):
                 if not keyring.stale_parts(record.state, loaded.events):
                     return "current"
                 first = record.event_count - len(loaded.events)
-                events = self._open_events(session_id, loaded.events, first)
+                events, _ = self._open_events(session_id, loaded.events, first)
                 plain = [
                     encode_event(event, position, f"events[{position}]")
                     for position, event in enumerate(events)
@@ -977,6 +1151,14 @@ class SessionManager(abc.ABC):
         """The error *exc* stands for under `driver_errors`; None if it is not a driver's.
 
         A backend may extend it for driver errors that are not about availability."""
+        if isinstance(exc, SchemaTooNewError):
+            dist = type(self).__module__.partition(".")[0].replace("_", "-")
+            return BackendUnavailableError(
+                self.url,
+                f"{exc.where} has agentsessions schema version {exc.found}, newer than the "
+                f"{exc.known} this {dist} understands; upgrade {dist} (opening it with older "
+                "code could corrupt it)",
+            )
         for rule in self.driver_errors:
             if rule.matches(exc):
                 return self._unavailable(exc, rule.kind)
@@ -1172,6 +1354,50 @@ class SessionManager(abc.ABC):
         Raises:
             BackendUnavailableError: the engine failed.
         """
+
+    async def _compact(self, request: CompactRequest, now: datetime) -> None:
+        """Apply one compaction atomically: all of it, or nothing (see `CompactRequest`).
+
+        Only if the stored version is still ``request.expected_version``: optionally
+        archive, then delete, the oldest ``request.replaced`` events, put
+        ``request.new_events`` before the rest, and write the new version, timestamps
+        and event count, keeping the stored state, ``user_id`` and ``created_at``. It
+        must cost O(replaced + new events) whatever the history's length (a range
+        delete plus inserts; no rewrite of the events that stay), and later saves,
+        ``last_events`` loads and listings must see the compacted history as if it had
+        been saved that way. A concurrent reader sees it before or after, never between.
+
+        Backends that implement it set ``capabilities.compaction``; the default raises
+        `NotImplementedError` (`compact` checks the capability first).
+
+        Args:
+            request: what to write, already encoded and checked by `compact`.
+            now: the clock reading of this call; an expired session counts as absent.
+
+        Raises:
+            SessionConflictError: the stored version differs from
+                ``request.expected_version``; nothing was written.
+            SessionNotFoundError: no live session has the id; nothing was written.
+            BackendUnavailableError: the engine failed. Raise it only if the compaction
+                did not land, or say in the message that its outcome is unknown.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not implement compaction")
+
+    async def _archived(self, session_id: str, now: datetime) -> list[str]:
+        """The archived event texts of *session_id* (see `CompactRequest`), oldest first.
+
+        Args:
+            session_id: a validated id (ownership, when asked for, was checked first).
+            now: the clock reading of this call; an expired session's archive is empty.
+
+        Returns:
+            The JSON texts of every event archived by a compaction of the session, in
+            the order of the compactions and, within one, of the events' positions.
+
+        Raises:
+            BackendUnavailableError: the engine failed.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not implement compaction")
 
     async def _purge_expired(self, now: datetime) -> int:
         """Delete the sessions (and their events) that expired at *now*.

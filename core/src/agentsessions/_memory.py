@@ -18,6 +18,7 @@ from ._models import SessionSummary
 from ._records import (
     TOKENS_KEPT,
     Capabilities,
+    CompactRequest,
     EventRecord,
     LoadedSession,
     SaveRequest,
@@ -34,6 +35,8 @@ class _Stored:
     record: SessionRecord
     events: list[str]
     tokens: deque[str] = field(default_factory=lambda: deque(maxlen=TOKENS_KEPT))
+    # What compactions archived, oldest first (see CompactRequest).
+    archive: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -57,7 +60,7 @@ def _live(stored: _Stored | None, now: datetime) -> _Stored | None:
 class MemorySessionManager(SessionManager):
     """Sessions in this process's memory; gone when the process ends."""
 
-    capabilities = Capabilities(persistent=False, shared=True)
+    capabilities = Capabilities(persistent=False, shared=True, compaction=True)
     db_system = "memory"
 
     def __init__(self, url: str = "memory://", options: ManagerOptions | None = None) -> None:
@@ -70,7 +73,7 @@ class MemorySessionManager(SessionManager):
         else:
             self._store = _Store()
             # A private store is seen by this manager alone, not by with_options() copies.
-            self.capabilities = Capabilities(persistent=False, shared=False)
+            self.capabilities = Capabilities(persistent=False, shared=False, compaction=True)
 
     @property
     def _space(self) -> dict[str, _Stored]:
@@ -135,6 +138,34 @@ class MemorySessionManager(SessionManager):
             del stored.events[request.keep :]
             stored.events.extend(event.data for event in request.new_events)
             stored.tokens.append(request.token)
+
+    async def _compact(self, request: CompactRequest, now: datetime) -> None:
+        session_id = request.session_id
+        with self._store.lock:
+            stored = _live(self._space.get(session_id), now)
+            if stored is None:
+                raise SessionNotFoundError(session_id)
+            if request.token in stored.tokens:
+                return
+            if stored.record.version != request.expected_version:
+                raise SessionConflictError(session_id, request.expected_version)
+            replaced = request.replaced
+            if request.archive:
+                stored.archive.extend(stored.events[:replaced])
+            stored.events[:replaced] = [event.data for event in request.new_events]
+            stored.record = replace(
+                stored.record,
+                version=request.version,
+                updated_at=request.updated_at,
+                expires_at=request.expires_at,
+                event_count=len(stored.events),
+            )
+            stored.tokens.append(request.token)
+
+    async def _archived(self, session_id: str, now: datetime) -> list[str]:
+        with self._store.lock:
+            stored = _live(self._space.get(session_id), now)
+            return [] if stored is None else list(stored.archive)
 
     async def _delete(self, session_id: str, now: datetime) -> bool:
         with self._store.lock:

@@ -22,6 +22,7 @@ from ._models import Event, SessionSummary
 
 __all__ = [
     "Capabilities",
+    "CompactRequest",
     "EventRecord",
     "LoadedSession",
     "SaveRequest",
@@ -31,6 +32,7 @@ __all__ = [
     "decode_events",
     "decode_record",
     "decode_summary",
+    "encode_record",
     "encode_cursor",
     "from_micros",
     "to_micros",
@@ -70,6 +72,7 @@ class Capabilities:
     ``max_event_bytes``: the largest encoded event the backend stores, if it has a limit.
     ``max_state_bytes``: the largest encoded state, if it has a limit. The manager
     refuses anything larger with `SessionTooLargeError` before any I/O.
+    ``compaction``: the backend implements `SessionManager._compact` (and its archive).
     """
 
     persistent: bool = False
@@ -78,6 +81,7 @@ class Capabilities:
     namespaces: bool = True
     max_event_bytes: int | None = None
     max_state_bytes: int | None = None
+    compaction: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +126,16 @@ def decode_record(fields: Sequence[Any]) -> SessionRecord:
         None if expires is None else _when(expires),
         int(count),
     )
+
+
+def encode_record(record: SessionRecord, *, micros: bool = False) -> tuple[Any, ...]:
+    """*record*'s fields in its field order, for an engine's insert (`decode_record`'s
+    inverse); with *micros*, timestamps as `to_micros` integers."""
+    times: tuple[Any, ...] = (record.created_at, record.updated_at, record.expires_at)
+    if micros:
+        times = tuple(None if when is None else to_micros(when) for when in times)
+    head = (record.session_id, record.user_id, record.state, record.version)
+    return (*head, *times, record.event_count)
 
 
 def decode_summary(fields: Sequence[Any]) -> SessionSummary:
@@ -206,6 +220,46 @@ class SaveRequest:
     def truncates(self) -> bool:
         """Whether any stored event is deleted."""
         return self.keep < self.stored_event_count
+
+
+@dataclass(frozen=True, slots=True)
+class CompactRequest:
+    """One atomic compaction: replace the oldest ``replaced`` events with ``new_events``.
+
+    Apply it all or nothing, and only if the stored version is still
+    ``expected_version`` (else raise `SessionConflictError`; if the session is not
+    stored or has expired, `SessionNotFoundError`):
+
+    1. if ``archive``, copy the events at positions ``0 .. replaced - 1`` to the
+       backend's archive of the session (tagged with ``expected_version``), inside the
+       engine: they never travel to the client;
+    2. delete those events (a range delete: O(replaced), never a rewrite of the rest),
+    3. insert ``new_events`` in their place, so that they come first, in order, before
+       the events that were at ``replaced ..`` (which keep their order),
+    4. write ``version``, ``updated_at``, ``expires_at`` and ``event_count`` (state,
+       ``user_id`` and ``created_at`` are not touched), and store ``token`` like a
+       save's (see `SaveRequest`): a request whose token is stored landed before and
+       succeeds at once without writing anything.
+
+    Positions here are logical (0 is the first event); a backend that stores positions
+    may keep its own offset instead of renumbering the events that stay.
+    """
+
+    session_id: str
+    expected_version: int
+    version: int
+    updated_at: datetime
+    expires_at: datetime | None
+    stored_event_count: int
+    replaced: int
+    new_events: list[EventRecord]
+    archive: bool = False
+    token: str = ""
+
+    @property
+    def event_count(self) -> int:
+        """How many events the session holds once the compaction lands."""
+        return self.stored_event_count - self.replaced + len(self.new_events)
 
 
 _EVENTS = TypeAdapter(list[Event])

@@ -27,7 +27,7 @@ import inspect
 import threading
 import time
 import weakref
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -38,7 +38,7 @@ from ._errors import (
     SessionNotFoundError,
 )
 from ._manager import DEFAULT_UPDATE_RETRIES, ManagerOptions, SessionManager, backoff_delay
-from ._models import Session, SessionPage
+from ._models import Event, Session, SessionPage
 from ._records import Capabilities
 from ._registry import connect as connect_async
 
@@ -326,6 +326,22 @@ class SyncSessionManager:
     def purge_expired(self) -> int:
         """Remove expired sessions now; returns how many."""
         return self._run(self._manager.purge_expired())
+
+    def compact(
+        self,
+        session: Session,
+        through_event_id: str,
+        replacement: Sequence[Event],
+        *,
+        archive: bool = False,
+    ) -> None:
+        """Replace the events up to *through_event_id* with *replacement* (see
+        `SessionManager.compact`)."""
+        self._run(self._manager.compact(session, through_event_id, replacement, archive=archive))
+
+    def archived_events(self, session_id: str, *, user_id: str | None = None) -> list[Event]:
+        """What compactions with ``archive=True`` removed from the session, oldest first."""
+        return self._run(self._manager.archived_events(session_id, user_id=user_id))
 
 
 def connect(url: str, **options: Any) -> SyncSessionManager:

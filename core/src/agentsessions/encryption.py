@@ -255,11 +255,10 @@ class Keyring:
         return aead
 
     def _seal(self, namespace: str, session_id: str, plaintext: bytes, aad: bytes) -> str:
-        key_id = self._current
-        aead = self._aead(key_id, namespace, session_id, "writing")
+        """``nonce + ciphertext`` in base64, under the current key (its id not included)."""
+        aead = self._aead(self._current, namespace, session_id, "writing")
         nonce = os.urandom(_NONCE_BYTES)
-        sealed = aead.encrypt(nonce, plaintext, aad)
-        return f"{key_id}:{base64.b64encode(nonce + sealed).decode()}"
+        return base64.b64encode(nonce + aead.encrypt(nonce, plaintext, aad)).decode()
 
     def _open(
         self, namespace: str, session_id: str, envelope: object, aad: bytes, part: str
@@ -289,8 +288,8 @@ class Keyring:
 
     def seal_state(self, namespace: str, session_id: str, state_json: str) -> str:
         """The stored form of a state (JSON text): ``{MARKER: ciphertext}``, as JSON text."""
-        envelope = self._seal(namespace, session_id, state_json.encode(), _STATE_AAD)
-        return pydantic_core.to_json({MARKER: envelope}).decode()
+        sealed = self._seal(namespace, session_id, state_json.encode(), _STATE_AAD)
+        return pydantic_core.to_json({MARKER: f"{self._current}:{sealed}"}).decode()
 
     def open_state(self, namespace: str, session_id: str, stored: str) -> str:
         """The state JSON text that `seal_state` sealed into *stored*."""
@@ -309,33 +308,58 @@ class Keyring:
         position: int,
         encoded: str | None = None,
     ) -> str:
-        """The stored JSON text of *event* at *position*: content and metadata sealed.
+        """The stored JSON text of *event*, sealed at *position*: its content and metadata
+        encrypted, the whole event authenticated with its place.
 
+        *position* is the event's position in the session plus the session's shift (see
+        `open_events`); it is stored in clear in the envelope, ``kid:position:base64``.
         *encoded* is the event's own JSON (``event.model_dump_json()``), if already made:
         the whole of it is sealed, so a read decodes every event in one pass.
         """
         fields = event.__dict__
         plaintext = (event.model_dump_json() if encoded is None else encoded).encode()
         aad = _event_aad(position, fields["id"], fields["author"], fields["timestamp"])
-        sealed = Event.model_construct(
+        sealed = self._seal(namespace, session_id, plaintext, aad)
+        wrapper = Event.model_construct(
             id=fields["id"],
             author=fields["author"],
             content=None,
             timestamp=fields["timestamp"],
-            metadata={MARKER: self._seal(namespace, session_id, plaintext, aad)},
+            metadata={MARKER: f"{self._current}:{position}:{sealed}"},
         )
-        return sealed.model_dump_json()
+        return wrapper.model_dump_json()
+
+    def open_archived(self, namespace: str, session_id: str, events: list[Event]) -> list[Event]:
+        """Archived events (removed by a compaction), decrypted: each is authenticated
+        against the session and the position it was sealed at, which the archive does
+        not keep in order across compactions."""
+        return self.open_events(namespace, session_id, events, 0, archived=True)[0]
 
     def open_events(
-        self, namespace: str, session_id: str, events: list[Event], first_position: int
-    ) -> list[Event]:
+        self,
+        namespace: str,
+        session_id: str,
+        events: list[Event],
+        first_position: int,
+        *,
+        archived: bool = False,
+    ) -> tuple[list[Event], int | None]:
         """The events a backend loaded (*first_position* being that of ``events[0]``),
-        decrypted: each one authenticated against its place and clear fields."""
+        decrypted, each one authenticated against its place and clear fields; and the
+        session's shift.
+
+        Each event was sealed at its position plus the session's shift, the same for
+        all its events: 0 until a compaction replaces a prefix of the history with fewer
+        or more events and the positions of the events it keeps move. So a ciphertext
+        moved to another position, or events swapped or reordered, stand out: their
+        shifts differ from the others'. The shift is None when no event was encrypted.
+        """
         if not events:
-            return events
+            return events, None
         plaintexts: list[bytes] = []
         unencrypted: list[int] = []
         aeads: dict[str, AESGCM] = {}
+        shift: int | None = None
         for index, event in enumerate(events):
             metadata = event.metadata
             envelope = (
@@ -348,14 +372,31 @@ class Keyring:
                     raise SessionDecryptionError(session_id, _event_part(position, event), problem)
                 unencrypted.append(index)
                 continue
-            key_id, _, text = envelope.partition(":")
+            key_id, _, rest = envelope.partition(":")
+            place, _, text = rest.partition(":")
+            try:
+                sealed_at = int(place)
+            except ValueError:
+                raise SessionDecryptionError(
+                    session_id, _event_part(position, event), "holds a malformed ciphertext"
+                ) from None
+            if shift is None or archived:
+                shift = sealed_at - position
+            elif sealed_at - position != shift:
+                raise SessionDecryptionError(
+                    session_id,
+                    _event_part(position, event),
+                    "is out of place: it and the events before it were encrypted for other "
+                    "relative positions (moved, swapped, reordered or removed from between)",
+                    key_id,
+                )
             aead = aeads.get(key_id)
             if aead is None:
                 part = _event_part(position, event)
                 aead = aeads[key_id] = self._aead(key_id, namespace, session_id, part)
             try:
                 blob = binascii.a2b_base64(text)
-                aad = _event_aad(position, event.id, event.author, event.timestamp)
+                aad = _event_aad(sealed_at, event.id, event.author, event.timestamp)
                 plaintexts.append(aead.decrypt(blob[:_NONCE_BYTES], blob[_NONCE_BYTES:], aad))
             except (InvalidTag, binascii.Error, ValueError):
                 raise SessionDecryptionError(
@@ -368,7 +409,7 @@ class Keyring:
         opened = decode_events(plaintexts)
         for index in unencrypted:
             opened.insert(index, events[index])
-        return opened
+        return opened, shift
 
     def stale_parts(self, state: str, events: list[Event]) -> int:
         """How many of a stored session's ciphertexts (state and events, as a backend
@@ -402,7 +443,7 @@ def _event_aad(position: int, event_id: str, author: str, timestamp: Any) -> byt
 
 
 def _event_part(position: int, event: Event) -> str:
-    return f"event {position} (id {event.id!r})"
+    return f"event {position} (id {event.id!r})"  # archived: its index in the archive
 
 
 # -- rekey ---------------------------------------------------------------------------------

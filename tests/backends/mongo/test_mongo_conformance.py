@@ -34,8 +34,13 @@ class TestMongoConformance(SessionManagerTests):
         assert isinstance(manager, MongoSessionManager)
         prefix = f"{manager.options.namespace}_" if manager.options.namespace else ""
         records = await self.raw_db[f"{prefix}sessions"].count_documents({"_id": session_id})
+        doc = await self.raw_db[f"{prefix}sessions"].find_one({"_id": session_id}, {"first": 1})
+        # Relative to the first position a compaction moved (0 for an erased id).
+        base = doc.get("first", 0) if doc else 0
         cursor = self.raw_db[f"{prefix}events"].find({"session": session_id}, {"pos": 1})
-        return Inventory(records=records, events=[doc["pos"] async for doc in cursor])
+        events = [item["pos"] - base async for item in cursor]
+        archived = await self.raw_db[f"{prefix}archive"].count_documents({"session": session_id})
+        return Inventory(records=records, events=events, archived=archived)
 
 
 class TestMongoEncryptedConformance(TestMongoConformance):

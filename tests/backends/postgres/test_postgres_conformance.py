@@ -33,10 +33,18 @@ class TestPostgresConformance(SessionManagerTests):
             records = await connection.fetchval(
                 f"SELECT count(*) FROM {schema}.agentsessions_sessions {where}", *key
             )
+            # Relative to the first position a compaction moved (0 for an erased id).
+            first = await connection.fetchval(
+                f"SELECT first_position FROM {schema}.agentsessions_sessions {where}", *key
+            )
             rows = await connection.fetch(
                 f"SELECT position FROM {schema}.agentsessions_events {where}", *key
             )
-        return Inventory(records=records, events=[row[0] for row in rows])
+            archived = await connection.fetchval(
+                f"SELECT count(*) FROM {schema}.agentsessions_archive {where}", *key
+            )
+        base = first or 0
+        return Inventory(records=records, events=[row[0] - base for row in rows], archived=archived)
 
 
 class TestPostgresEncryptedConformance(TestPostgresConformance):

@@ -1,4 +1,5 @@
-"""The conformance kit against one Redis server and against a Redis Cluster."""
+"""The conformance kit against one Redis server, a Redis Cluster and a Sentinel deployment
+(with and without waiting for the replica's acknowledgement of each write)."""
 
 from __future__ import annotations
 
@@ -28,10 +29,11 @@ async def redis_inventory(manager: SessionManager, session_id: str) -> Inventory
     # A list has no stored positions: its indexes are them. What could go wrong is its
     # length (orphaned or missing entries), which this exposes.
     length = int(await client.llen(keys.events))
+    archived = int(await client.llen(keys.archive))
     other: list[str] = []
     base = keys.hash.removesuffix(":h")
     for key in await _keys(manager, base):
-        if key.decode() not in (keys.hash, keys.events):
+        if key.decode() not in (keys.hash, keys.events, keys.archive):
             other.append(f"key {key!r}")
     wanted = session_id.encode()
     for member in await client.zrange(manager.keys.index, 0, -1):
@@ -40,7 +42,7 @@ async def redis_inventory(manager: SessionManager, session_id: str) -> Inventory
     for key in await _keys(manager, manager.keys.prefix + "user:"):
         if await client.zscore(key, session_id) is not None:
             other.append(f"user index {key!r}")
-    return Inventory(records=records, events=list(range(length)), other=other)
+    return Inventory(records=records, events=list(range(length)), other=other, archived=archived)
 
 
 class TestRedisConformance(SessionManagerTests):
@@ -66,6 +68,26 @@ class TestRedisClusterConformance(SessionManagerTests):
     @pytest_asyncio.fixture
     async def manager(self, cluster: Callable[..., Any]) -> AsyncIterator[SessionManager]:
         yield await cluster()
+
+    async def raw_inventory(self, manager: SessionManager, session_id: str) -> Inventory:
+        return await redis_inventory(manager, session_id)
+
+
+class TestRedisSentinelConformance(SessionManagerTests):
+    @pytest_asyncio.fixture
+    async def manager(self, sentinel: Callable[..., Any]) -> AsyncIterator[SessionManager]:
+        yield await sentinel()
+
+    async def raw_inventory(self, manager: SessionManager, session_id: str) -> Inventory:
+        return await redis_inventory(manager, session_id)
+
+
+class TestRedisSentinelWaitReplicasConformance(SessionManagerTests):
+    """Every write followed by WAIT for the deployment's one replica."""
+
+    @pytest_asyncio.fixture
+    async def manager(self, sentinel: Callable[..., Any]) -> AsyncIterator[SessionManager]:
+        yield await sentinel(wait_replicas=1)
 
     async def raw_inventory(self, manager: SessionManager, session_id: str) -> Inventory:
         return await redis_inventory(manager, session_id)

@@ -6,14 +6,24 @@ Two collections per namespace:
 
     {_id: session_id, user_id, state: "<JSON text>", version, created_at: <int us>,
      updated_at: <int us>, expires_at: <date> | null, event_count,
-     incarnation: <ObjectId>, segments: [[start_position, <gen ObjectId>], ...]}
+     incarnation: <ObjectId>, segments: [[start_position, <gen ObjectId>], ...],
+     first: <position of the first event, absent = 0>, archives: [<writer>, ...]}
 
 ``events`` -- one document per event (so a long conversation never nears MongoDB's
 16 MB document limit)::
 
     {session, incarnation, gen, pos, base, writer, data: "<JSON text>"}
 
-with a unique index on (session, gen, pos).
+with a unique index on (session, gen, pos). Positions are stored from ``first``, which
+only a compaction moves: it replaces the head of the history by deleting those documents
+and writing its new events just before the cut, never renumbering the events it keeps.
+
+``archive`` -- what compactions asked to keep, one document per replaced event::
+
+    {session, incarnation, writer, at: <version it created>, pos, data}
+
+read only for the writers the session document lists in ``archives`` (a compaction
+that lost its publish leaves documents nobody reads, and deletes them).
 
 Why JSON text and not BSON sub-documents: an event's content may hold keys with ``.``
 or ``$``, integers up to 2**63-1 next to floats, NUL characters and nesting deeper than
@@ -93,6 +103,12 @@ class SessionInfo:
     incarnation: ObjectId
     segments: tuple[Segment, ...]
     event_count: int
+    first: int = 0  # the stored position of the first event (moved by compactions)
+
+    @property
+    def end(self) -> int:
+        """The stored position just past the last event."""
+        return self.first + self.event_count
 
 
 def info_of(doc: dict[str, Any]) -> SessionInfo:
@@ -101,6 +117,7 @@ def info_of(doc: dict[str, Any]) -> SessionInfo:
         incarnation=doc["incarnation"],
         segments=tuple((int(start), gen) for start, gen in doc["segments"]),
         event_count=doc["event_count"],
+        first=int(doc.get("first", 0)),
     )
 
 
@@ -159,30 +176,31 @@ def event_docs(
     ]
 
 
-def new_event_pairs(events: Sequence[EventRecord]) -> list[tuple[int, str]]:
-    return [(event.position, event.data) for event in events]
+def new_event_pairs(events: Sequence[EventRecord], first: int = 0) -> list[tuple[int, str]]:
+    """(stored position, JSON text) of *events*, whose positions count from *first*."""
+    return [(first + event.position, event.data) for event in events]
 
 
-def segment_ranges(
-    segments: Sequence[Segment], event_count: int
-) -> list[tuple[ObjectId, int, int]]:
-    """(gen, start, end) for each segment; the last one ends at *event_count*."""
+def segment_ranges(segments: Sequence[Segment], stop: int) -> list[tuple[ObjectId, int, int]]:
+    """(gen, start, end) for each segment; the last one ends at stored position *stop*."""
     ranges = []
     for index, (start, gen) in enumerate(segments):
-        end = segments[index + 1][0] if index + 1 < len(segments) else event_count
+        end = segments[index + 1][0] if index + 1 < len(segments) else stop
         ranges.append((gen, start, end))
     return ranges
 
 
 def range_filter(session_id: str, info: SessionInfo, low: int, high: int) -> dict[str, Any] | None:
-    """The events of positions [low, high) as *info* publishes them; None if the range is empty.
+    """The events [low, high) (0 is the first event) as *info* publishes them; None if
+    the range is empty.
 
     One clause per segment, each an equality on (session, gen) and a range on pos, so
     every clause is a bounded scan of the unique index; superseded and unpublished
     documents at the same positions carry other generations and are never matched.
     """
+    low, high = low + info.first, high + info.first
     clauses: list[dict[str, Any]] = []
-    for gen, start, end in segment_ranges(info.segments, info.event_count):
+    for gen, start, end in segment_ranges(info.segments, info.end):
         first, stop = max(start, low), min(end, high)
         if first < stop:
             clauses.append({"gen": gen, "pos": {"$gte": first, "$lt": stop}})
@@ -197,21 +215,23 @@ def stale_events_filter(
     session_id: str,
     incarnation: ObjectId,
     segments: Sequence[Segment],
-    event_count: int,
+    stop: int,
     version: int,
 ) -> dict[str, Any]:
     """Event documents of this incarnation that no reader can ever need again.
 
-    Called right after publishing *version*. A document is dead when it is not published
-    by *version* (its generation owns no segment, or it lies beyond its generation's
-    segment) AND its writer expected a version below *version*, so that writer can never
-    publish it. Writers that loaded *version* itself may be writing right now: their
-    ``base`` is *version*, so they are left alone. Both facts only ever stay true, which
-    makes this delete safe however late it reaches the server.
+    Called right after publishing *version*, whose events end at stored position
+    *stop*. A document is dead when it is not published by *version* (its generation
+    owns no segment, or it lies outside its generation's segment: past it, or before it
+    once a compaction cut it) AND its writer expected a version below *version*, so that
+    writer can never publish it. Writers that loaded *version* itself may be writing
+    right now: their ``base`` is *version*, so they are left alone. Both facts only ever
+    stay true, which makes this delete safe however late it reaches the server.
     """
-    ranges = segment_ranges(segments, event_count)
+    ranges = segment_ranges(segments, stop)
     unpublished: list[dict[str, Any]] = [{"gen": {"$nin": [gen for gen, _, _ in ranges]}}]
     unpublished.extend({"gen": gen, "pos": {"$gte": end}} for gen, _, end in ranges)
+    unpublished.extend({"gen": gen, "pos": {"$lt": start}} for gen, start, _ in ranges)
     return {
         "session": session_id,
         "incarnation": incarnation,

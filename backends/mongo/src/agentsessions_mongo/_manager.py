@@ -58,6 +58,7 @@ from agentsessions import (
 from agentsessions.backend import (
     TOKENS_KEPT,
     Capabilities,
+    CompactRequest,
     ErrorRule,
     EventRecord,
     LoadedSession,
@@ -98,6 +99,7 @@ from ._layout import (
     new_event_pairs,
     range_filter,
     record_of,
+    segment_ranges,
     session_doc,
     stale_events_filter,
 )
@@ -162,6 +164,7 @@ class MongoSessionManager(SessionManager):
         namespaces=True,
         max_event_bytes=_MAX_DOCUMENT_BYTES,
         max_state_bytes=_MAX_DOCUMENT_BYTES,
+        compaction=True,
     )
     db_system = "mongodb"
     default_port = 27017
@@ -190,6 +193,15 @@ class MongoSessionManager(SessionManager):
     @property
     def _events(self) -> AsyncCollection[Doc]:
         return self._links.current().events
+
+    @property
+    def _archive(self) -> AsyncCollection[Doc]:
+        return self._links.current().archive
+
+    async def _forget_lives(self, query: Doc) -> None:
+        """Delete the events and archive documents matching *query* (session, incarnation)."""
+        await self._events.delete_many(query)
+        await self._archive.delete_many(query)
 
     def _translate(self, exc: BaseException) -> SessionError | None:
         if isinstance(exc, DocumentTooLarge):
@@ -246,7 +258,12 @@ class MongoSessionManager(SessionManager):
                 "landed; use w=1 or w=majority"
             )
         prefix = f"{o.namespace}_" if o.namespace else ""
-        return _Link(client, database[f"{prefix}sessions"], database[f"{prefix}events"])
+        return _Link(
+            client,
+            database[f"{prefix}sessions"],
+            database[f"{prefix}events"],
+            database[f"{prefix}archive"],
+        )
 
     # -- create / load --------------------------------------------------------------------
 
@@ -288,9 +305,7 @@ class MongoSessionManager(SessionManager):
             if replaced.matched_count:
                 # The expired incarnation can never be written again: its events go.
                 await self._quietly(
-                    self._events.delete_many(
-                        {"session": session_id, "incarnation": old["incarnation"]}
-                    )
+                    self._forget_lives({"session": session_id, "incarnation": old["incarnation"]})
                 )
                 return
 
@@ -411,7 +426,7 @@ class MongoSessionManager(SessionManager):
         )
 
     async def _info_for_save(
-        self, session_id: str, request: SaveRequest, now: datetime
+        self, session_id: str, request: SaveRequest | CompactRequest, now: datetime
     ) -> SessionInfo:
         expected = request.expected_version
         cached = self._infos.get(session_id)
@@ -440,15 +455,16 @@ class MongoSessionManager(SessionManager):
         appending = keep == info.event_count
         if appending and request.new_events:
             gen = segments[-1][1]
-            docs = event_docs(session_id, info, gen, writer, new_event_pairs(request.new_events))
+            pairs = new_event_pairs(request.new_events, info.first)
+            docs = event_docs(session_id, info, gen, writer, pairs)
             if await self._insert(docs):
-                written = (gen, keep)
+                written = (gen, info.first + keep)
             else:
                 # The positions are taken in the current generation: by a save racing
                 # us at this version, or left by one that died before publishing. We
                 # cannot tell which, and must not delete the other writer's events, so
                 # ours move to a fresh generation; whichever save publishes decides.
-                await self._discard(session_id, gen, keep, writer)
+                await self._discard(session_id, gen, info.first + keep, writer)
                 appending = False
         if not appending:
             segments, written = await self._write_generation(request, info, writer, now)
@@ -482,7 +498,7 @@ class MongoSessionManager(SessionManager):
             return await self._explain_failed_publish(session_id, request, now)
         self._remember(
             session_id,
-            SessionInfo(record.version, info.incarnation, segments, record.event_count),
+            SessionInfo(record.version, info.incarnation, segments, record.event_count, info.first),
         )
         if segments != info.segments:
             await self._quietly(
@@ -491,7 +507,7 @@ class MongoSessionManager(SessionManager):
                         session_id,
                         info.incarnation,
                         segments,
-                        record.event_count,
+                        info.first + record.event_count,
                         record.version,
                     )
                 )
@@ -509,7 +525,8 @@ class MongoSessionManager(SessionManager):
         into the fresh generation too.
         """
         session_id = request.record.session_id
-        keep = request.keep
+        first = info.first
+        keep = first + request.keep  # stored positions from here on
         gen = ObjectId()
         kept = [segment for segment in info.segments if segment[0] < keep]
         start = keep
@@ -519,7 +536,7 @@ class MongoSessionManager(SessionManager):
             kept = kept[:half]
         pairs: list[tuple[int, str]] = []
         if start < keep:
-            copied = await self._read_texts(session_id, info, start, keep)
+            copied = await self._read_texts(session_id, info, start - first, keep - first)
             if copied is None:
                 # Only a publish after our version removes published events, so this
                 # save has lost: say so the usual way.
@@ -527,13 +544,131 @@ class MongoSessionManager(SessionManager):
                     raise _Landed
                 raise SessionConflictError(session_id, request.expected_version)
             pairs.extend(zip(range(start, keep), copied, strict=True))
-        pairs.extend(new_event_pairs(request.new_events))
+        pairs.extend(new_event_pairs(request.new_events, first))
         segments = (*kept, (start, gen))
         if not pairs:
             return segments, None  # a pure truncation: nothing to write
         if not await self._insert(event_docs(session_id, info, gen, writer, pairs)):
             raise AssertionError(f"generation {gen} of session {session_id!r} already had events")
         return segments, (gen, start)
+
+    # -- compaction -------------------------------------------------------------------------
+
+    async def _compact(self, request: CompactRequest, now: datetime) -> None:
+        session_id = validate_id(request.session_id)
+        for _ in range(_SAVE_ATTEMPTS):
+            try:
+                info = await self._info_for_save(session_id, request, now)
+                if await self._try_compact(request, info, now):
+                    return
+            except _Landed:
+                return
+        raise SessionConflictError(
+            session_id, request.expected_version, "the session was replaced while compacting"
+        )
+
+    async def _try_compact(self, request: CompactRequest, info: SessionInfo, now: datetime) -> bool:
+        """One attempt, published like a save's; False when the session was re-created.
+
+        The new events take the stored positions just before the cut under a fresh
+        generation, the kept generations' segments start at the cut, and ``first``
+        moves to the first new event: only the head is written or deleted.
+        """
+        session_id = request.session_id
+        writer = ObjectId()
+        cut = info.first + request.replaced
+        new_first = cut - len(request.new_events)
+        archived = False
+        if request.archive:
+            texts = await self._read_texts(session_id, info, 0, request.replaced)
+            if texts is None:  # a later publish's cleanup: this compaction has lost
+                if await self._explain_failed_publish(session_id, request, now):
+                    return True
+                raise SessionConflictError(session_id, request.expected_version)
+            await self._archive.insert_many(
+                [
+                    {
+                        "session": session_id,
+                        "incarnation": info.incarnation,
+                        "writer": writer,
+                        "at": request.version,
+                        "pos": position,
+                        "data": text,
+                    }
+                    for position, text in enumerate(texts)
+                ],
+                ordered=True,
+            )
+            archived = True
+        segments: list[Segment] = []
+        gen: ObjectId | None = None
+        if request.new_events:
+            gen = ObjectId()
+            pairs = new_event_pairs(request.new_events, new_first)
+            if not await self._insert(event_docs(session_id, info, gen, writer, pairs)):
+                raise AssertionError(f"generation {gen} of session {session_id!r} had events")
+            segments.append((new_first, gen))
+        for kept_gen, start, end in segment_ranges(info.segments, info.end):
+            if end > cut:
+                segments.append((max(start, cut), kept_gen))
+        if not segments:  # nothing left at all: appends need a generation to write in
+            segments.append((new_first, ObjectId()))
+        update: Doc = {
+            "version": request.version,
+            "updated_at": to_micros(request.updated_at),
+            "expires_at": expiry_date(request.expires_at),
+            "event_count": request.event_count,
+            "first": new_first,
+            "segments": [list(segment) for segment in segments],
+        }
+        push: Doc = {"tokens": {"$each": [request.token], "$slice": -TOKENS_KEPT}}
+        if archived:
+            push["archives"] = writer
+        published = await self._sessions.update_one(
+            {
+                "_id": session_id,
+                "version": request.expected_version,
+                "incarnation": info.incarnation,
+                **live_filter(now),
+            },
+            {"$set": update, "$push": push},
+        )
+        if not published.matched_count:
+            if gen is not None:
+                await self._quietly(self._discard(session_id, gen, new_first, writer))
+            if archived:
+                await self._quietly(self._archive.delete_many({"writer": writer}))
+            self._infos.pop(session_id, None)
+            return await self._explain_failed_publish(session_id, request, now)
+        stored = SessionInfo(
+            request.version, info.incarnation, tuple(segments), request.event_count, new_first
+        )
+        self._remember(session_id, stored)
+        await self._quietly(
+            self._events.delete_many(
+                stale_events_filter(
+                    session_id, info.incarnation, segments, stored.end, request.version
+                )
+            )
+        )
+        return True
+
+    async def _archived(self, session_id: str, now: datetime) -> list[str]:
+        validate_id(session_id)
+        doc = await self._sessions.find_one(
+            {"_id": session_id}, {"incarnation": 1, "archives": 1, "expires_at": 1}
+        )
+        if doc is None or is_expired(doc, now) or not doc.get("archives"):
+            return []
+        cursor = self._archive.find(
+            {
+                "session": session_id,
+                "incarnation": doc["incarnation"],
+                "writer": {"$in": doc["archives"]},
+            },
+            {"_id": 0, "data": 1},
+        ).sort([("at", ASCENDING), ("pos", ASCENDING)])
+        return [item["data"] async for item in cursor]
 
     async def _insert(self, docs: list[Doc]) -> bool:
         """Insert in order; False if a position of this generation is already taken."""
@@ -553,7 +688,7 @@ class MongoSessionManager(SessionManager):
         )
 
     async def _explain_failed_publish(
-        self, session_id: str, request: SaveRequest, now: datetime
+        self, session_id: str, request: SaveRequest | CompactRequest, now: datetime
     ) -> bool:
         """Why the conditional update matched nothing: True if *request* landed before
         (an earlier attempt of this very save), False if worth retrying; else raise."""
@@ -590,7 +725,7 @@ class MongoSessionManager(SessionManager):
             # Events a failed earlier delete left behind go now.
             await self._delete_dead_incarnations(session_id)
             return False
-        await self._events.delete_many({"session": session_id, "incarnation": doc["incarnation"]})
+        await self._forget_lives({"session": session_id, "incarnation": doc["incarnation"]})
         return not is_expired(doc, now)
 
     async def _delete_dead_incarnations(self, session_id: str) -> None:
@@ -599,14 +734,15 @@ class MongoSessionManager(SessionManager):
         Safe at any time: an incarnation's events are written only after its session
         document exists, so one whose document is gone or replaced is gone for good.
         """
-        incarnations = await self._events.distinct("incarnation", {"session": session_id})
+        incarnations = set(await self._events.distinct("incarnation", {"session": session_id}))
+        incarnations |= set(await self._archive.distinct("incarnation", {"session": session_id}))
         if not incarnations:
             return
         doc = await self._sessions.find_one({"_id": session_id}, {"incarnation": 1})
         current = None if doc is None else doc["incarnation"]
         dead = [incarnation for incarnation in incarnations if incarnation != current]
         if dead:
-            await self._events.delete_many({"session": session_id, "incarnation": {"$in": dead}})
+            await self._forget_lives({"session": session_id, "incarnation": {"$in": dead}})
 
     async def _delete_user(self, user_id: str, now: datetime) -> int:
         validate_id(user_id, "user_id")
@@ -639,7 +775,7 @@ class MongoSessionManager(SessionManager):
 
     async def _delete_events_of(self, docs: list[Doc]) -> None:
         if docs:
-            await self._events.delete_many(
+            await self._forget_lives(
                 {"$or": [{"session": d["_id"], "incarnation": d["incarnation"]} for d in docs]}
             )
 
@@ -711,7 +847,11 @@ class MongoSessionManager(SessionManager):
         return purged
 
     async def _delete_orphaned_events(self) -> None:
-        pairs_cursor = await self._events.aggregate(
+        await self._delete_orphans_of(self._events)
+        await self._delete_orphans_of(self._archive)
+
+    async def _delete_orphans_of(self, collection: AsyncCollection[Doc]) -> None:
+        pairs_cursor = await collection.aggregate(
             [{"$group": {"_id": {"session": "$session", "incarnation": "$incarnation"}}}]
         )
         pairs = [(doc["_id"]["session"], doc["_id"]["incarnation"]) async for doc in pairs_cursor]
@@ -729,7 +869,7 @@ class MongoSessionManager(SessionManager):
                 if current.get(session) != incarnation
             ]
             if dead:
-                await self._events.delete_many({"$or": dead})
+                await collection.delete_many({"$or": dead})
 
 
 class _Link(NamedTuple):
@@ -738,6 +878,7 @@ class _Link(NamedTuple):
     client: AsyncMongoClient[Doc]
     sessions: AsyncCollection[Doc]
     events: AsyncCollection[Doc]
+    archive: AsyncCollection[Doc]
 
 
 async def _close_link(link: _Link) -> None:
@@ -757,3 +898,4 @@ async def _create_indexes(link: _Link) -> None:
     await link.events.create_indexes(
         [IndexModel([("session", 1), ("gen", 1), ("pos", 1)], unique=True)]
     )
+    await link.archive.create_indexes([IndexModel([("session", 1), ("at", 1), ("pos", 1)])])

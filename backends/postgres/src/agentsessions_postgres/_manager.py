@@ -25,7 +25,6 @@ import asyncpg
 from agentsessions import (
     BackendAuthenticationError,
     BackendTimeoutError,
-    BackendUnavailableError,
     DatabaseNotFoundError,
     SessionConflictError,
     SessionExistsError,
@@ -34,6 +33,7 @@ from agentsessions import (
 )
 from agentsessions.backend import (
     Capabilities,
+    CompactRequest,
     ErrorRule,
     EventRecord,
     LoadedSession,
@@ -42,15 +42,15 @@ from agentsessions.backend import (
     SessionManager,
     SessionRecord,
     decode_events,
+    encode_record,
 )
 
 from ._options import DRIVER_QUERY_PARAMS, PostgresOptions, check_url
 from ._schema import (
     LATEST_VERSION,
-    MIGRATIONS,
+    compact_statement,
     list_statement,
-    migration_lock_key,
-    quote_ident,
+    migrate,
     save_statement,
     statements,
 )
@@ -123,7 +123,9 @@ class PostgresSessionManager(SessionManager):
     Options: ClassVar[type[ManagerOptions]] = PostgresOptions
     driver_errors = _DRIVER_ERRORS
     driver_query_params: ClassVar[frozenset[str]] = DRIVER_QUERY_PARAMS
-    capabilities = Capabilities(persistent=True, shared=True, ttl=True, namespaces=True)
+    capabilities = Capabilities(
+        persistent=True, shared=True, ttl=True, namespaces=True, compaction=True
+    )
     db_system = "postgresql"
     default_port = 5432
 
@@ -137,7 +139,7 @@ class PostgresSessionManager(SessionManager):
         # asyncpg connections belong to the loop that opened them (using one from
         # another loop can crash the process), so each event loop gets its own pool.
         self._pools = self.per_loop(
-            self._new_pool, self._close_pool, asyncpg.Pool.terminate, prepare=self._prepare
+            self._new_pool, asyncpg.Pool.close, asyncpg.Pool.terminate, prepare=self._prepare
         )
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -177,62 +179,9 @@ class PostgresSessionManager(SessionManager):
 
     async def _prepare(self, pool: asyncpg.Pool[Any]) -> None:
         async with self._connection(pool) as connection:
-            await self._migrate(connection)
-
-    async def _close_pool(self, pool: asyncpg.Pool[Any]) -> None:
-        try:
-            # Half the deadline for a polite goodbye; a frozen server gets none.
-            await asyncio.wait_for(pool.close(), self._remaining() / 2)
-        except (Exception, asyncio.CancelledError):
-            pool.terminate()  # the server is gone or silent: just drop the sockets
-
-    async def _migrate(self, connection: _Connection) -> None:
-        """Bring the schema to `LATEST_VERSION`, exactly once across racing processes.
-
-        The common case (already migrated) costs two reads and takes no lock. Otherwise
-        a transaction-scoped advisory lock serialises the processes starting at once:
-        the first applies the migrations, the others wait, then find them applied.
-        """
-        schema = self.options.schema
-        if await self._schema_version(connection) == LATEST_VERSION:
-            return
-        async with self._transaction(connection):
-            await connection.execute("SELECT pg_advisory_xact_lock($1)", migration_lock_key(schema))
-            has_schema = await connection.fetchval(
-                "SELECT EXISTS (SELECT FROM pg_namespace WHERE nspname = $1)", schema
-            )
-            if not has_schema:
-                # Only when missing: CREATE SCHEMA needs the CREATE privilege on the
-                # database even with IF NOT EXISTS, which an application role may lack.
-                await connection.execute(f"CREATE SCHEMA IF NOT EXISTS {quote_ident(schema)}")
-            await connection.execute(self._sql.version_table)
-            current = await connection.fetchval(self._sql.current_version) or 0
-            self._check_not_newer(current)
-            for version in sorted(MIGRATIONS):
-                if version <= current:
-                    continue
-                for ddl in MIGRATIONS[version]:
-                    await connection.execute(ddl.replace("{s}", quote_ident(schema)))
-                await connection.execute(self._sql.record_version, version)
-        if current < LATEST_VERSION:
-            self._migrations_applied(current, LATEST_VERSION)
-
-    async def _schema_version(self, connection: _Connection) -> int | None:
-        table = f"{quote_ident(self.options.schema)}.agentsessions_schema_version"
-        if await connection.fetchval("SELECT to_regclass($1)::text", table) is None:
-            return None
-        current: int | None = await connection.fetchval(self._sql.current_version)
-        if current is not None:
-            self._check_not_newer(current)
-        return current
-
-    def _check_not_newer(self, current: int) -> None:
-        if current > LATEST_VERSION:
-            raise BackendUnavailableError(
-                self.url,
-                f"schema {self.options.schema!r} is at version {current}, newer than the "
-                f"{LATEST_VERSION} this agentsessions-postgres knows; upgrade it",
-            )
+            found = await migrate(connection, self.options.schema, self._transaction)
+        if found < LATEST_VERSION:
+            self._migrations_applied(found, LATEST_VERSION)
 
     @asynccontextmanager
     async def _connection(
@@ -298,16 +247,7 @@ class PostgresSessionManager(SessionManager):
     # -- the contract -------------------------------------------------------------------
 
     async def _create(self, record: SessionRecord, now: datetime) -> None:
-        sql = self._sql
-        args = (
-            self._ns,
-            record.session_id,
-            record.user_id,
-            record.state,
-            record.version,
-            record.created_at,
-            record.expires_at,
-        )
+        sql, args = self._sql, (self._ns, *encode_record(record))
         async with self._connection() as connection:
             while True:
                 if await connection.fetchval(sql.insert_session, *args, timeout=self._remaining()):
@@ -317,6 +257,7 @@ class PostgresSessionManager(SessionManager):
                 async with self._transaction(connection):
                     if await connection.fetchval(sql.replace_expired, *args):
                         await connection.execute(sql.delete_events, self._ns, record.session_id)
+                        await connection.execute(sql.delete_archive, self._ns, record.session_id)
                         return
                     if await connection.fetchval(sql.session_exists, self._ns, record.session_id):
                         raise SessionExistsError(record.session_id)
@@ -332,22 +273,13 @@ class PostgresSessionManager(SessionManager):
             # upsert's WHERE false and returns no row. The row lock it takes keeps the
             # session invisible to others until the events are in too.
             replaced = await connection.fetchval(
-                sql.restore_session,
-                self._ns,
-                session_id,
-                record.user_id,
-                record.state,
-                record.version,
-                record.event_count,
-                record.created_at,
-                record.updated_at,
-                record.expires_at,
-                now,
+                sql.restore_session, self._ns, *encode_record(record), now
             )
             if replaced is None:
                 raise SessionExistsError(session_id)
             if replaced:
                 await connection.execute(sql.delete_events, self._ns, session_id)
+                await connection.execute(sql.delete_archive, self._ns, session_id)
             if events:
                 await connection.execute(
                     sql.restore_events, self._ns, session_id, [event.data for event in events]
@@ -410,6 +342,40 @@ class PostgresSessionManager(SessionManager):
             record.session_id, request.expected_version, f"stored version is {outcome}"
         )
 
+    async def _compact(self, request: CompactRequest, now: datetime) -> None:
+        sql = compact_statement(self.options.schema, archive=request.archive)
+        args: list[Any] = [
+            self._ns,
+            request.session_id,
+            request.expected_version,
+            now,
+            request.version,
+            request.updated_at,
+            request.expires_at,
+            request.event_count,
+            request.token,
+            request.replaced - len(request.new_events),
+            [event.data for event in request.new_events],
+        ]
+        if request.archive:
+            args.append(request.replaced)
+        async with self._connection() as connection:
+            for _ in range(_SAVE_ATTEMPTS):
+                outcome = await connection.fetchval(sql, *args, timeout=self._remaining())
+                if outcome != request.expected_version:
+                    break
+        if outcome == 0:
+            return
+        if outcome == -1:
+            raise SessionNotFoundError(request.session_id)
+        raise SessionConflictError(
+            request.session_id, request.expected_version, f"stored version is {outcome}"
+        )
+
+    async def _archived(self, session_id: str, now: datetime) -> list[str]:
+        rows = await self._read(self._sql.load_archive, self._ns, session_id, now)
+        return list(rows[0][0]) if rows and rows[0][0] else []
+
     async def _delete(self, session_id: str, now: datetime) -> bool:
         # Two statements in one transaction, not one: the events delete must run after
         # the session row is locked and gone, with a fresh snapshot, or a save that
@@ -420,6 +386,7 @@ class PostgresSessionManager(SessionManager):
             if live is None:
                 return False
             await connection.execute(sql.delete_events, self._ns, session_id)
+            await connection.execute(sql.delete_archive, self._ns, session_id)
         return bool(live)
 
     async def _delete_user(self, user_id: str, now: datetime) -> int:
@@ -428,9 +395,9 @@ class PostgresSessionManager(SessionManager):
             rows = await connection.fetch(sql.delete_user_sessions, self._ns, user_id, now)
             if not rows:
                 return 0
-            await connection.execute(
-                sql.delete_events_of, self._ns, [row["session_id"] for row in rows]
-            )
+            ids = [row["session_id"] for row in rows]
+            await connection.execute(sql.delete_events_of, self._ns, ids)
+            await connection.execute(sql.delete_archive_of, self._ns, ids)
         return sum(1 for row in rows if row["live"])
 
     async def _list(
@@ -461,6 +428,7 @@ class PostgresSessionManager(SessionManager):
                 ]
                 if ids:
                     await connection.execute(sql.delete_events_of, self._ns, ids)
+                    await connection.execute(sql.delete_archive_of, self._ns, ids)
             purged += len(ids)
             if len(ids) < PURGE_BATCH:
                 return purged

@@ -32,16 +32,26 @@ values always travel as parameters, never in the SQL text.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, fields
 from functools import lru_cache
+from typing import TYPE_CHECKING, Any
 
-from agentsessions.backend import TOKENS_KEPT
+from agentsessions.backend import TOKENS_KEPT, SchemaTooNewError
+
+if TYPE_CHECKING:
+    from asyncpg.pool import PoolConnectionProxy
+
+    Connection = PoolConnectionProxy[Any]
 
 __all__ = [
     "LATEST_VERSION",
     "MIGRATIONS",
     "Statements",
+    "compact_statement",
     "list_statement",
+    "migrate",
     "migration_lock_key",
     "quote_ident",
     "save_statement",
@@ -105,6 +115,25 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
             ADD COLUMN IF NOT EXISTS save_tokens text[] NOT NULL DEFAULT '{}'
         """,
     ),
+    # Compaction: a session's first event sits at first_position, so replacing a prefix
+    # deletes and writes only that prefix instead of renumbering what stays; the archive
+    # keeps what a compaction was asked to keep, keyed by the version it replaced.
+    3: (
+        """
+        ALTER TABLE {s}.agentsessions_sessions
+            ADD COLUMN IF NOT EXISTS first_position integer NOT NULL DEFAULT 0
+        """,
+        """
+        CREATE TABLE IF NOT EXISTS {s}.agentsessions_archive (
+            namespace   text COLLATE "C" NOT NULL,
+            session_id  text COLLATE "C" NOT NULL,
+            version     bigint NOT NULL,
+            position    integer NOT NULL,
+            data        json NOT NULL,
+            PRIMARY KEY (namespace, session_id, version, position)
+        )
+        """,
+    ),
 }
 LATEST_VERSION = max(MIGRATIONS)
 
@@ -130,6 +159,51 @@ def migration_lock_key(schema: str) -> int:
     return int.from_bytes(digest.digest(), "big", signed=True)
 
 
+async def migrate(
+    connection: Connection,
+    schema: str,
+    transaction: Callable[[Connection], AbstractAsyncContextManager[None]],
+) -> int:
+    """Bring *schema* to `LATEST_VERSION`, exactly once across racing processes; the
+    version it was at.
+
+    The common case (already migrated) costs two reads and takes no lock. Otherwise
+    a transaction-scoped advisory lock serialises the processes starting at once:
+    the first applies the migrations, the others wait, then find them applied.
+    """
+    sql, quoted = statements(schema), quote_ident(schema)
+    table = f"{quoted}.agentsessions_schema_version"
+    if await connection.fetchval("SELECT to_regclass($1)::text", table) is not None:
+        found = await connection.fetchval(sql.current_version)
+        _check_not_newer(found or 0, schema)
+        if found == LATEST_VERSION:
+            return LATEST_VERSION
+    async with transaction(connection):
+        await connection.execute("SELECT pg_advisory_xact_lock($1)", migration_lock_key(schema))
+        has_schema = await connection.fetchval(
+            "SELECT EXISTS (SELECT FROM pg_namespace WHERE nspname = $1)", schema
+        )
+        if not has_schema:
+            # Only when missing: CREATE SCHEMA needs the CREATE privilege on the
+            # database even with IF NOT EXISTS, which an application role may lack.
+            await connection.execute(f"CREATE SCHEMA IF NOT EXISTS {quoted}")
+        await connection.execute(sql.version_table)
+        current: int = await connection.fetchval(sql.current_version) or 0
+        _check_not_newer(current, schema)
+        for version in sorted(MIGRATIONS):
+            if version <= current:
+                continue
+            for ddl in MIGRATIONS[version]:
+                await connection.execute(ddl.replace("{s}", quoted))
+            await connection.execute(sql.record_version, version)
+    return current
+
+
+def _check_not_newer(found: int, schema: str) -> None:
+    if found > LATEST_VERSION:
+        raise SchemaTooNewError(found, LATEST_VERSION, f"schema {schema!r}")
+
+
 @dataclass(frozen=True)
 class Statements:
     """Every statement, schema-qualified. Fields hold templates until `statements` fills them."""
@@ -143,18 +217,20 @@ class Statements:
     )
 
     # -- create --
-    # $1 ns, $2 id, $3 user, $4 state, $5 version, $6 created/updated, $7 expires
+    # $1 ns, then the record (encode_record): $2 id, $3 user, $4 state, $5 version,
+    # $6 created (now), $7 updated, $8 expires, $9 event count
     insert_session: str = """
         INSERT INTO {s}.agentsessions_sessions (namespace, session_id, user_id, state,
-            version, event_count, created_at, updated_at, expires_at)
-        VALUES ($1, $2, $3, $4::json, $5, 0, $6, $6, $7)
+            version, created_at, updated_at, expires_at, event_count)
+        VALUES ($1, $2, $3, $4::json, $5, $6, $7, $8, $9)
         ON CONFLICT (namespace, session_id) DO NOTHING
         RETURNING true
     """
     replace_expired: str = """
         UPDATE {s}.agentsessions_sessions
-        SET user_id = $3, state = $4::json, version = $5, event_count = 0,
-            created_at = $6, updated_at = $6, expires_at = $7, save_tokens = '{}'
+        SET user_id = $3, state = $4::json, version = $5, event_count = $9,
+            created_at = $6, updated_at = $7, expires_at = $8, save_tokens = '{}',
+            first_position = 0
         WHERE namespace = $1 AND session_id = $2 AND expires_at <= $6
         RETURNING true
     """
@@ -164,18 +240,29 @@ class Statements:
     delete_events: str = (
         "DELETE FROM {s}.agentsessions_events WHERE namespace = $1 AND session_id = $2"
     )
+    delete_archive: str = (
+        "DELETE FROM {s}.agentsessions_archive WHERE namespace = $1 AND session_id = $2"
+    )
+    # $1 ns, $2 id, $3 now
+    load_archive: str = """
+        SELECT ARRAY(SELECT a.data::text FROM {s}.agentsessions_archive a
+                     WHERE a.namespace = $1 AND a.session_id = $2
+                     ORDER BY a.version, a.position)
+        FROM {s}.agentsessions_sessions
+        WHERE namespace = $1 AND session_id = $2 AND (expires_at IS NULL OR expires_at > $3)
+    """
 
     # -- restore: the record exactly as given, then its events, in one transaction --
-    # $1 ns, $2 id, $3 user, $4 state, $5 version, $6 event count, $7 created,
-    # $8 updated, $9 expires, $10 now
+    # $1 ns, $2..$9 the record as for a create, $10 now
     restore_session: str = """
         INSERT INTO {s}.agentsessions_sessions (namespace, session_id, user_id, state,
-            version, event_count, created_at, updated_at, expires_at)
+            version, created_at, updated_at, expires_at, event_count)
         VALUES ($1, $2, $3, $4::json, $5, $6, $7, $8, $9)
         ON CONFLICT (namespace, session_id) DO UPDATE SET
             user_id = excluded.user_id, state = excluded.state, version = excluded.version,
             event_count = excluded.event_count, created_at = excluded.created_at,
-            updated_at = excluded.updated_at, expires_at = excluded.expires_at
+            updated_at = excluded.updated_at, expires_at = excluded.expires_at,
+            first_position = 0
         WHERE {s}.agentsessions_sessions.expires_at <= $10
         RETURNING (xmax::text <> '0') AS replaced
     """
@@ -232,6 +319,10 @@ class Statements:
     # $1 ns, $2 ids
     delete_events_of: str = """
         DELETE FROM {s}.agentsessions_events
+        WHERE namespace = $1 AND session_id = ANY($2::text[])
+    """
+    delete_archive_of: str = """
+        DELETE FROM {s}.agentsessions_archive
         WHERE namespace = $1 AND session_id = ANY($2::text[])
     """
     # $1 ns, $2 now, $3 batch size. SKIP LOCKED: a purge never waits on (or blocks) a
@@ -298,15 +389,15 @@ def save_statement(schema: str, *, truncate: bool, insert: bool, upsert: bool) -
             WHERE namespace = $1 AND session_id = $2 AND version = $3
               AND (expires_at IS NULL OR expires_at > $4)
               AND NOT ($9::text = ANY(save_tokens))
-            RETURNING 1
+            RETURNING first_position
         )"""
     ]
     if truncate:
         parts.append(
             """, d AS (
-            DELETE FROM {s}.agentsessions_events
-            WHERE namespace = $1 AND session_id = $2 AND position >= $8
-              AND EXISTS (SELECT FROM s)
+            DELETE FROM {s}.agentsessions_events e USING s
+            WHERE e.namespace = $1 AND e.session_id = $2
+              AND e.position >= s.first_position + $8
         )"""
         )
     if insert:
@@ -318,10 +409,73 @@ def save_statement(schema: str, *, truncate: bool, insert: bool, upsert: bool) -
         parts.append(
             """, i AS (
             INSERT INTO {s}.agentsessions_events (namespace, session_id, position, data)
-            SELECT $1, $2, $10 + u.ord - 1, u.data::json
+            SELECT $1, $2, s.first_position + $10 + u.ord - 1, u.data::json
             FROM s, unnest($11::text[]) WITH ORDINALITY AS u(data, ord)
             {conflict}
         )""".replace("{conflict}", conflict)
+        )
+    parts.append(
+        """
+        SELECT COALESCE(
+            (SELECT 0 FROM s),
+            (SELECT 0 FROM {s}.agentsessions_sessions
+             WHERE namespace = $1 AND session_id = $2 AND $9::text = ANY(save_tokens)),
+            (SELECT version FROM {s}.agentsessions_sessions
+             WHERE namespace = $1 AND session_id = $2
+               AND (expires_at IS NULL OR expires_at > $4)),
+            -1)
+        """
+    )
+    sql = "".join(parts).replace("{kept}", str(TOKENS_KEPT))
+    return sql.replace("{s}", quote_ident(schema))
+
+
+@lru_cache(maxsize=64)
+def compact_statement(schema: str, *, archive: bool) -> str:
+    """The single statement of a compaction (see `agentsessions.backend.CompactRequest`).
+
+    Parameters: $1 ns, $2 id, $3 expected version, $4 now, $5 new version, $6 updated,
+    $7 expires_at, $8 new event count, $9 token, $10 shift (replaced - new events, what
+    the first position moves by), $11 new event texts [, $12 replaced: archive only].
+
+    Only the prefix is touched: the session's first position moves by the shift, the
+    rows below the new first position are deleted, and the new events take the
+    positions from it to the cut, upserted over the replaced rows there (the
+    sub-statements of one statement see one snapshot, so the delete and the upsert
+    touch disjoint rows). The archive copies the replaced rows from that snapshot,
+    server-side. The result is what `save_statement` returns.
+    """
+    parts = [
+        """
+        WITH s AS (
+            UPDATE {s}.agentsessions_sessions
+            SET version = $5, updated_at = $6, expires_at = $7, event_count = $8,
+                save_tokens = (ARRAY[$9::text] || save_tokens)[1:{kept}],
+                first_position = first_position + $10
+            WHERE namespace = $1 AND session_id = $2 AND version = $3
+              AND (expires_at IS NULL OR expires_at > $4)
+              AND NOT ($9::text = ANY(save_tokens))
+            RETURNING first_position
+        ), d AS (
+            DELETE FROM {s}.agentsessions_events e USING s
+            WHERE e.namespace = $1 AND e.session_id = $2 AND e.position < s.first_position
+        ), i AS (
+            INSERT INTO {s}.agentsessions_events (namespace, session_id, position, data)
+            SELECT $1, $2, s.first_position + u.ord - 1, u.data::json
+            FROM s, unnest($11::text[]) WITH ORDINALITY AS u(data, ord)
+            ON CONFLICT (namespace, session_id, position) DO UPDATE SET data = excluded.data
+        )"""
+    ]
+    if archive:
+        parts.append(
+            """, a AS (
+            INSERT INTO {s}.agentsessions_archive
+                (namespace, session_id, version, position, data)
+            SELECT $1, $2, $3, e.position - (s.first_position - $10), e.data
+            FROM s, {s}.agentsessions_events e
+            WHERE e.namespace = $1 AND e.session_id = $2
+              AND e.position < s.first_position - $10 + $12
+        )"""
         )
     parts.append(
         """

@@ -5,7 +5,9 @@ so the prefix never holds a brace or a colon of its own). A session's two keys s
 the hash tag ``{<id as base64url>}``:
 
 * ``agentsessions:<ns>:{<tag>}:h``: a hash with the record (and the real id),
-* ``agentsessions:<ns>:{<tag>}:e``: a list with the events' JSON texts, in order.
+* ``agentsessions:<ns>:{<tag>}:e``: a list with the events' JSON texts, in order,
+* ``agentsessions:<ns>:{<tag>}:a``: a list with what compactions archived (absent
+  unless a compaction was asked to archive).
 
 base64url is injective and its alphabet (``A-Za-z0-9-_``) has no brace, so any id
 (braces, colons, ``*``, newlines...) gives a distinct, well-formed tag, and both keys
@@ -53,6 +55,7 @@ def split_global_member(member: bytes) -> tuple[bytes, bytes | None]:
 class SessionKeys:
     hash: str
     events: str
+    archive: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +70,7 @@ class KeyLayout:
 
     def session(self, session_id: str) -> SessionKeys:
         base = f"{self.prefix}{{{_tag(session_id)}}}"
-        return SessionKeys(hash=f"{base}:h", events=f"{base}:e")
+        return SessionKeys(hash=f"{base}:h", events=f"{base}:e", archive=f"{base}:a")
 
     @property
     def index(self) -> str:

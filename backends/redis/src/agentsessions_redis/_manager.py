@@ -20,6 +20,7 @@ from typing import Any, ClassVar, TypeVar
 from agentsessions import (
     BackendAuthenticationError,
     BackendTimeoutError,
+    BackendUnavailableError,
     InvalidOptionError,
     SessionConflictError,
     SessionExistsError,
@@ -29,6 +30,7 @@ from agentsessions import (
 )
 from agentsessions.backend import (
     Capabilities,
+    CompactRequest,
     ErrorRule,
     EventRecord,
     LoadedSession,
@@ -45,7 +47,7 @@ from redis import exceptions as redis_errors
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
-from redis.asyncio.sentinel import SentinelConnectionPool
+from redis.asyncio.sentinel import MasterNotFoundError, SentinelConnectionPool
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.commands.core import AsyncScript
 
@@ -59,15 +61,27 @@ __all__ = ["RedisSessionManager"]
 T = TypeVar("T")
 E = TypeVar("E")
 
+
+def _sentinels_refused(exc: BaseException) -> bool:
+    text = str(exc)
+    return "AuthenticationError" in text and not any(
+        other in text for other in ("ConnectionError", "TimeoutError")
+    )
+
+
 # Errors that mean "the server could not be reached or cannot serve right now".
 _DRIVER_ERRORS = (
     # At maxmemory a script's first write is refused, so nothing was written.
     ErrorRule((redis_errors.OutOfMemoryError,), StorageFullError),
+    # min-replicas-to-write refuses a script's first write the same way: nothing written.
+    ErrorRule((redis_errors.ResponseError,), when=lambda exc: str(exc).startswith("NOREPLICAS")),
     ErrorRule((redis_errors.TimeoutError, asyncio.TimeoutError), BackendTimeoutError),
     ErrorRule(
         (redis_errors.AuthenticationError, redis_errors.AuthenticationWrongNumberOfArgsError),
         BackendAuthenticationError,
     ),
+    # Every Sentinel refused its password (each one's error is in the message).
+    ErrorRule((MasterNotFoundError,), BackendAuthenticationError, when=_sentinels_refused),
     ErrorRule(
         (
             redis_errors.ConnectionError,  # also AuthenticationError, BusyLoadingError, pool
@@ -115,7 +129,9 @@ class RedisSessionManager(SessionManager):
     Options: ClassVar[type[ManagerOptions]] = RedisOptions
     driver_errors = _DRIVER_ERRORS
     driver_query_params: ClassVar[frozenset[str]] = DRIVER_QUERY_PARAMS
-    capabilities = Capabilities(persistent=True, shared=True, ttl=True, namespaces=True)
+    capabilities = Capabilities(
+        persistent=True, shared=True, ttl=True, namespaces=True, compaction=True
+    )
     db_system = "redis"
     default_port = 6379
 
@@ -136,6 +152,10 @@ class RedisSessionManager(SessionManager):
                 stacklevel=4,
             )
         self.cluster = scheme in CLUSTER_SCHEMES
+        if self.cluster and self.options.wait_replicas:
+            # WAIT counts the replicas of the node the connection talks to, and a write
+            # here may span several nodes: not supported rather than half-true.
+            raise InvalidOptionError("option 'wait_replicas' is not supported in a Redis Cluster")
         self.db = check_url(url)  # a malformed URL fails at connect(), not at first use
         self.keys = KeyLayout(self.options.namespace)
         # redis-py's connections belong to the loop that opened them: one client
@@ -155,6 +175,41 @@ class RedisSessionManager(SessionManager):
     @property
     def _link(self) -> _Link:
         return self._links.current()
+
+    async def _write(
+        self,
+        script: AsyncScript,
+        keys: Sequence[str],
+        args: list[Any],
+        wrote: Callable[[Any], bool],
+    ) -> Any:
+        """Run a script that writes a session; with ``wait_replicas``, then WAIT for them.
+
+        WAIT counts acknowledgements of the writes made on its own connection, so it is
+        pipelined with the script: one connection, one round trip. *wrote(result)* says
+        whether the script wrote anything; one that refused (a conflict, say) raises
+        its own error whatever the replicas did.
+        """
+        wanted = self.options.wait_replicas
+        if not wanted:
+            return await script(keys, args)
+        waited = self._remaining(self.options.wait_timeout)
+        # Never 0, which would mean "wait forever".
+        milliseconds = max(1, int(waited * 1000))
+        client = self.client
+        assert isinstance(client, Redis)  # never a cluster: see __init__
+        async with client.pipeline(transaction=False) as pipe:
+            await script(keys, args, client=pipe)
+            pipe.execute_command("WAIT", wanted, milliseconds)
+            result, acknowledged = await pipe.execute()
+        if wrote(result) and int(acknowledged) < wanted:
+            raise BackendUnavailableError(
+                self.url,
+                f"the write reached the primary, but only {acknowledged} of {wanted} "
+                f"replicas (wait_replicas) acknowledged it within {waited:.3g} s: it may be "
+                "lost if the primary fails now",
+            )
+        return result
 
     async def _new_link(self) -> _Link:
         o = self.options
@@ -200,6 +255,8 @@ class RedisSessionManager(SessionManager):
             save=client.register_script(_scripts.SAVE),
             delete=client.register_script(_scripts.DELETE),
             move=client.register_script(_scripts.MOVE_INDEX_ENTRY),
+            compact=client.register_script(_scripts.COMPACT),
+            archived=client.register_script(_scripts.ARCHIVED),
         )
 
     # -- one session --------------------------------------------------------------------
@@ -240,8 +297,10 @@ class RedisSessionManager(SessionManager):
         args.extend(event.data for event in events)
         if not self.cluster:
             index_keys = [self.keys.index] + ([user_index] if user_index else [])
-            script_keys = [keys.hash, keys.events, *index_keys]
-            result = await self._link.create(script_keys, args)
+            script_keys = [keys.hash, keys.events, keys.archive, *index_keys]
+            result = await self._write(
+                self._link.create, script_keys, args, lambda r: bool(r[0] == 1)
+            )
             if result[0] != 1:
                 raise SessionExistsError(session_id)
             return
@@ -254,7 +313,7 @@ class RedisSessionManager(SessionManager):
         added = await asyncio.gather(
             *(client.zadd(e.index, {e.member: e.score}, nx=True) for e in entries)
         )
-        result = await self._link.create([keys.hash, keys.events], args)
+        result = await self._link.create([keys.hash, keys.events, keys.archive], args)
         if result[0] == 1:
             # NX kept an older entry's score, and a concurrent reader may have dropped
             # ours while the session did not exist yet: set the final score now.
@@ -293,12 +352,44 @@ class RedisSessionManager(SessionManager):
             record.event_count,
         ]
         args.extend(event.data for event in request.new_events)
-        result = await self._link.save([keys.hash, keys.events], args)
+        result = await self._write(
+            self._link.save, [keys.hash, keys.events, keys.archive], args, lambda r: bool(r == 1)
+        )
         if result == 1:
             return
         if result == 0:
             raise SessionNotFoundError(record.session_id)
         raise SessionConflictError(record.session_id, request.expected_version)
+
+    async def _compact(self, request: CompactRequest, now: datetime) -> None:
+        keys = self.keys.session(request.session_id)
+        expires = request.expires_at
+        args: list[Any] = [
+            to_micros(now),
+            request.expected_version,
+            request.token,
+            request.replaced,
+            request.version,
+            to_micros(request.updated_at),
+            "" if expires is None else to_micros(expires),
+            "" if expires is None else _pexpireat(expires),
+            request.event_count,
+            "1" if request.archive else "",
+        ]
+        args.extend(event.data for event in request.new_events)
+        result = await self._write(
+            self._link.compact, [keys.hash, keys.events, keys.archive], args, lambda r: r == 1
+        )
+        if result == 1:
+            return
+        if result == 0:
+            raise SessionNotFoundError(request.session_id)
+        raise SessionConflictError(request.session_id, request.expected_version)
+
+    async def _archived(self, session_id: str, now: datetime) -> list[str]:
+        keys = self.keys.session(session_id)
+        texts = await self._link.archived([keys.hash, keys.archive], [to_micros(now)])
+        return [text.decode() for text in texts]
 
     async def _delete(self, session_id: str, now: datetime) -> bool:
         outcome = await self._delete_one(session_id, "any", None, to_micros(now))
@@ -313,10 +404,15 @@ class RedisSessionManager(SessionManager):
         -2 kept (owned by another user, or live in 'expired' mode).
         """
         keys = self.keys.session(session_id)
-        script_keys = [keys.hash, keys.events]
+        script_keys = [keys.hash, keys.events, keys.archive]
         if not self.cluster:
             script_keys.append(self.keys.index)
-        result = await self._link.delete(script_keys, [now_us, mode, user_id or ""])
+        result = await self._write(
+            self._link.delete,
+            script_keys,
+            [now_us, mode, user_id or ""],
+            lambda r: int(r[0]) in (0, 1),
+        )
         verdict = int(result[0])
         if self.cluster and verdict in (0, 1):
             owner = result[1]
@@ -554,6 +650,8 @@ class _Link:
     save: AsyncScript
     delete: AsyncScript
     move: AsyncScript
+    compact: AsyncScript
+    archived: AsyncScript
 
 
 async def _close_link(link: _Link) -> None:

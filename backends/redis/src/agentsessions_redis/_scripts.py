@@ -2,7 +2,7 @@
 
 Every script reads and checks everything before its first write, because Redis does
 not roll a script back when a command in it fails. Scripts touch only the keys passed
-in KEYS, except the standalone-only index upkeep (KEYS[3] given), where the session's
+in KEYS, except the standalone-only index upkeep (KEYS[4] given), where the session's
 user index is named by the session hash itself; that branch never runs in a cluster.
 
 Writes carry a random token stored in the hash: a retry of a write that already
@@ -16,7 +16,16 @@ from __future__ import annotations
 
 from agentsessions.backend import TOKENS_KEPT
 
-__all__ = ["CREATE", "DELETE", "LOAD", "SAVE", "MOVE_INDEX_ENTRY", "HASH_FIELDS"]
+__all__ = [
+    "ARCHIVED",
+    "COMPACT",
+    "CREATE",
+    "DELETE",
+    "HASH_FIELDS",
+    "LOAD",
+    "MOVE_INDEX_ENTRY",
+    "SAVE",
+]
 
 #: The hash fields a load and a listing read, in this order.
 HASH_FIELDS = ("id", "u", "s", "v", "c", "m", "x", "n")
@@ -39,7 +48,7 @@ end
 return {rec, events}
 """
 
-# KEYS: hash, events [, global index [, user index]] (indexes: standalone only).
+# KEYS: hash, events, archive [, global index [, user index]] (indexes: standalone only).
 # ARGV: now, token, id, user ('' = none), state, created, expires (''), pexpireat (''),
 #       global index member, user index key, version, updated, event count, event texts...
 # A create passes version 1, updated = created and no events; a restore the session's own.
@@ -49,9 +58,9 @@ local cur = redis.call('HMGET', KEYS[1], 't', 'x', 'c', 'u', 'uk')
 if cur[1] then
   if cur[1] == ARGV[2] then return {1} end
   if not cur[2] or tonumber(cur[2]) > tonumber(ARGV[1]) then return {0, cur[3]} end
-  redis.call('DEL', KEYS[1], KEYS[2])
-  if KEYS[3] then
-    redis.call('ZREM', KEYS[3], ARGV[3] .. '\\0' .. (cur[4] or ''))
+  redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+  if KEYS[4] then
+    redis.call('ZREM', KEYS[4], ARGV[3] .. '\\0' .. (cur[4] or ''))
     if cur[5] then redis.call('ZREM', cur[5], ARGV[3]) end
   end
 end
@@ -76,14 +85,14 @@ if ARGV[8] ~= '' then
   redis.call('PEXPIREAT', KEYS[1], ARGV[8])
   if last >= 14 then redis.call('PEXPIREAT', KEYS[2], ARGV[8]) end
 end
-if KEYS[3] then
-  redis.call('ZADD', KEYS[3], ARGV[6], ARGV[9])
-  if KEYS[4] then redis.call('ZADD', KEYS[4], ARGV[6], ARGV[3]) end
+if KEYS[4] then
+  redis.call('ZADD', KEYS[4], ARGV[6], ARGV[9])
+  if KEYS[5] then redis.call('ZADD', KEYS[5], ARGV[6], ARGV[3]) end
 end
 return {1}
 """
 
-# KEYS: hash, events. ARGV: now, expected version, token, keep, state, version,
+# KEYS: hash, events, archive. ARGV: now, expected version, token, keep, state, version,
 #       updated, expires (''), pexpireat (''), event count, new event texts...
 # Returns 1 saved (or saved before: the token is stored), 0 absent or expired, -1
 # version conflict (nothing written).
@@ -124,6 +133,7 @@ if ARGV[8] ~= '' then
              't', tokens, 'x', ARGV[8])
   redis.call('PEXPIREAT', KEYS[1], ARGV[9])
   redis.call('PEXPIREAT', KEYS[2], ARGV[9])
+  redis.call('PEXPIREAT', KEYS[3], ARGV[9])
 else
   redis.call('HSET', KEYS[1], 's', ARGV[5], 'v', ARGV[6], 'm', ARGV[7], 'n', ARGV[10],
              't', tokens)
@@ -133,12 +143,73 @@ else
     redis.call('HDEL', KEYS[1], 'x')
     redis.call('PERSIST', KEYS[1])
     redis.call('PERSIST', KEYS[2])
+    redis.call('PERSIST', KEYS[3])
   end
 end
 return 1
 """.replace("{keep_chars}", str(32 * (TOKENS_KEPT - 1)))
 
-# KEYS: hash, events [, global index] (standalone only).
+# KEYS: hash, events, archive. ARGV: now, expected version, token, replaced, version,
+#       updated, expires (''), pexpireat (''), event count, archive ('1' or ''),
+#       new event texts...
+# Returns as SAVE. The replaced head is trimmed off (LTRIM is O(removed)) after being
+# copied, server-side, to the archive list when asked; the new events go in front.
+COMPACT = """
+local cur = redis.call('HMGET', KEYS[1], 't', 'v', 'x')
+if not cur[1] then return 0 end
+local tokens = cur[1]
+if #tokens % 32 ~= 0 then tokens = '' end
+for i = 1, #tokens, 32 do
+  if string.sub(tokens, i, i + 31) == ARGV[3] then return 1 end
+end
+tokens = ARGV[3] .. string.sub(tokens, 1, {keep_chars})
+if cur[3] and tonumber(cur[3]) <= tonumber(ARGV[1]) then return 0 end
+if cur[2] ~= ARGV[2] then return -1 end
+local replaced = tonumber(ARGV[4])
+if ARGV[10] == '1' then
+  for first = 0, replaced - 1, 1000 do
+    local head = redis.call('LRANGE', KEYS[2], first, math.min(first + 999, replaced - 1))
+    redis.call('RPUSH', KEYS[3], unpack(head))
+  end
+end
+if replaced >= redis.call('LLEN', KEYS[2]) then
+  redis.call('DEL', KEYS[2])
+else
+  redis.call('LTRIM', KEYS[2], replaced, -1)
+end
+-- LPUSH puts each value in front of the previous one: push the newest first.
+local last = #ARGV
+while last >= 11 do
+  local first = math.max(last - 999, 11)
+  local slice = {}
+  for i = last, first, -1 do slice[#slice + 1] = ARGV[i] end
+  redis.call('LPUSH', KEYS[2], unpack(slice))
+  last = first - 1
+end
+redis.call('HSET', KEYS[1], 'v', ARGV[5], 'm', ARGV[6], 'n', ARGV[9], 't', tokens)
+if ARGV[7] ~= '' then
+  redis.call('HSET', KEYS[1], 'x', ARGV[7])
+  redis.call('PEXPIREAT', KEYS[1], ARGV[8])
+  redis.call('PEXPIREAT', KEYS[2], ARGV[8])
+  redis.call('PEXPIREAT', KEYS[3], ARGV[8])
+else
+  redis.call('HDEL', KEYS[1], 'x')
+  redis.call('PERSIST', KEYS[1])
+  redis.call('PERSIST', KEYS[2])
+  redis.call('PERSIST', KEYS[3])
+end
+return 1
+""".replace("{keep_chars}", str(32 * (TOKENS_KEPT - 1)))
+
+# KEYS: hash, archive. ARGV: now. The archived event texts of a live session, or {}.
+ARCHIVED = """
+local cur = redis.call('HMGET', KEYS[1], 'id', 'x')
+if not cur[1] then return {} end
+if cur[2] and tonumber(cur[2]) <= tonumber(ARGV[1]) then return {} end
+return redis.call('LRANGE', KEYS[2], 0, -1)
+"""
+
+# KEYS: hash, events, archive [, global index] (standalone only).
 # ARGV: now, mode ('any', 'user': only if owned by ARGV[3], 'expired': only if expired).
 # Returns {1 deleted live | 0 deleted expired | -1 absent | -2 kept, user, created}.
 DELETE = """
@@ -148,9 +219,9 @@ local live = (not cur[4]) or tonumber(cur[4]) > tonumber(ARGV[1])
 if (ARGV[2] == 'user' and cur[2] ~= ARGV[3]) or (ARGV[2] == 'expired' and live) then
   return {-2, cur[2], cur[3]}
 end
-redis.call('DEL', KEYS[1], KEYS[2])
-if KEYS[3] then
-  redis.call('ZREM', KEYS[3], cur[1] .. '\\0' .. (cur[2] or ''))
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+if KEYS[4] then
+  redis.call('ZREM', KEYS[4], cur[1] .. '\\0' .. (cur[2] or ''))
   if cur[5] then redis.call('ZREM', cur[5], cur[1]) end
 end
 if live then return {1, cur[2], cur[3]} end

@@ -27,6 +27,7 @@ from agentsessions import (
 from agentsessions.backend import (
     TOKENS_KEPT,
     Capabilities,
+    CompactRequest,
     ErrorRule,
     EventRecord,
     LoadedSession,
@@ -37,12 +38,13 @@ from agentsessions.backend import (
     decode_events,
     decode_record,
     decode_summary,
+    encode_record,
     to_micros,
 )
 
 from ._connection import Link, connect, is_busy
 from ._options import SQLiteOptions
-from ._schema import SCHEMA_VERSION, SchemaTooNewError, migrate
+from ._schema import SCHEMA_VERSION, migrate
 from ._url import MEMORY, database_path
 
 __all__ = ["SQLiteSessionManager"]
@@ -99,10 +101,39 @@ INSERT INTO agentsessions_sessions (
 ON CONFLICT (namespace, session_id) DO UPDATE SET
     user_id = excluded.user_id, state = excluded.state, version = excluded.version,
     created_at = excluded.created_at, updated_at = excluded.updated_at,
-    expires_at = excluded.expires_at, event_count = excluded.event_count, save_tokens = ''
+    expires_at = excluded.expires_at, event_count = excluded.event_count, save_tokens = '',
+    first_position = 0
 WHERE agentsessions_sessions.expires_at IS NOT NULL AND agentsessions_sessions.expires_at <= ?
 """
 _DELETE_EVENTS = "DELETE FROM agentsessions_events WHERE namespace = ? AND session_id = ?"
+_DELETE_ARCHIVE = "DELETE FROM agentsessions_archive WHERE namespace = ? AND session_id = ?"
+_SELECT_FIRST_POSITION = """
+SELECT first_position FROM agentsessions_sessions WHERE namespace = ? AND session_id = ?
+"""
+# A compaction moves the session's first position instead of renumbering what it keeps.
+_COMPACT_SESSION = """
+UPDATE agentsessions_sessions
+SET version = ?, updated_at = ?, expires_at = ?, event_count = ?,
+    save_tokens = substr(? || save_tokens, 1, ?), first_position = first_position + ?
+WHERE namespace = ? AND session_id = ? AND version = ?
+  AND (expires_at IS NULL OR expires_at > ?)
+"""
+_ARCHIVE_HEAD = """
+INSERT INTO agentsessions_archive (namespace, session_id, version, position, data)
+SELECT namespace, session_id, ?, position - ?, data FROM agentsessions_events
+WHERE namespace = ? AND session_id = ? AND position < ?
+"""
+_DELETE_EVENT_HEAD = """
+DELETE FROM agentsessions_events WHERE namespace = ? AND session_id = ? AND position < ?
+"""
+_SELECT_ARCHIVE = """
+SELECT data FROM agentsessions_archive
+WHERE namespace = ? AND session_id = ? ORDER BY version, position
+"""
+_SELECT_LIVE = """
+SELECT 1 FROM agentsessions_sessions
+WHERE namespace = ? AND session_id = ? AND (expires_at IS NULL OR expires_at > ?)
+"""
 # The version check and the write are one statement inside BEGIN IMMEDIATE: the row
 # changes only if nobody saved since the load. user_id and created_at are not written.
 _UPDATE_SESSION = """
@@ -136,11 +167,24 @@ WHERE namespace = ? AND session_id IN (
     SELECT session_id FROM agentsessions_sessions WHERE namespace = ? AND user_id = ?
 )
 """
+_DELETE_ARCHIVE_OF_USER = """
+DELETE FROM agentsessions_archive
+WHERE namespace = ? AND session_id IN (
+    SELECT session_id FROM agentsessions_sessions WHERE namespace = ? AND user_id = ?
+)
+"""
 _DELETE_SESSIONS_OF_USER = """
 DELETE FROM agentsessions_sessions WHERE namespace = ? AND user_id = ?
 """
 _DELETE_EVENTS_OF_EXPIRED = """
 DELETE FROM agentsessions_events
+WHERE namespace = ? AND session_id IN (
+    SELECT session_id FROM agentsessions_sessions
+    WHERE namespace = ? AND expires_at IS NOT NULL AND expires_at <= ?
+)
+"""
+_DELETE_ARCHIVE_OF_EXPIRED = """
+DELETE FROM agentsessions_archive
 WHERE namespace = ? AND session_id IN (
     SELECT session_id FROM agentsessions_sessions
     WHERE namespace = ? AND expires_at IS NOT NULL AND expires_at <= ?
@@ -196,26 +240,13 @@ def _load(
 
 
 def _create(conn: sqlite3.Connection, namespace: str, record: SessionRecord, now: int) -> bool:
-    cursor = conn.execute(
-        _CREATE,
-        (
-            namespace,
-            record.session_id,
-            record.user_id,
-            record.state,
-            record.version,
-            to_micros(record.created_at),
-            to_micros(record.updated_at),
-            _optional_micros(record.expires_at),
-            record.event_count,
-            now,
-        ),
-    )
+    cursor = conn.execute(_CREATE, (namespace, *encode_record(record, micros=True), now))
     if cursor.rowcount == 0:
         return False
     # Either a fresh id (no events to delete: one index probe) or an expired session
     # being replaced, whose old events must go in the same transaction.
     conn.execute(_DELETE_EVENTS, (namespace, record.session_id))
+    conn.execute(_DELETE_ARCHIVE, (namespace, record.session_id))
     return True
 
 
@@ -265,13 +296,70 @@ def _save(conn: sqlite3.Connection, namespace: str, request: SaveRequest, now: i
         if row is None or not (row[2] is None or row[2] > now):
             raise SessionNotFoundError(session_id)
         raise SessionConflictError(session_id, request.expected_version)
+    # Positions are stored from the session's first position (0 until a compaction).
+    if request.truncates or request.new_events:
+        (first,) = conn.execute(_SELECT_FIRST_POSITION, (namespace, session_id)).fetchone()
     if request.truncates:
-        conn.execute(_DELETE_EVENT_TAIL, (namespace, session_id, request.keep))
+        conn.execute(_DELETE_EVENT_TAIL, (namespace, session_id, first + request.keep))
     if request.new_events:
         conn.executemany(
             _INSERT_EVENT,
-            [(namespace, session_id, event.position, event.data) for event in request.new_events],
+            [
+                (namespace, session_id, first + event.position, event.data)
+                for event in request.new_events
+            ],
         )
+
+
+def _compact(conn: sqlite3.Connection, namespace: str, request: CompactRequest, now: int) -> None:
+    session_id = request.session_id
+    shift = request.replaced - len(request.new_events)
+    cursor = conn.execute(
+        _COMPACT_SESSION,
+        (
+            request.version,
+            to_micros(request.updated_at),
+            _optional_micros(request.expires_at),
+            request.event_count,
+            request.token,
+            _TOKEN_CHARS,
+            shift,
+            namespace,
+            session_id,
+            request.expected_version,
+            now,
+        ),
+    )
+    if cursor.rowcount == 0:
+        row = conn.execute(_SELECT_VERSION, (request.token, namespace, session_id)).fetchone()
+        if row is not None and row[1]:
+            return
+        if row is None or not (row[2] is None or row[2] > now):
+            raise SessionNotFoundError(session_id)
+        raise SessionConflictError(session_id, request.expected_version)
+    (first,) = conn.execute(_SELECT_FIRST_POSITION, (namespace, session_id)).fetchone()
+    old_first = first - shift
+    cut = old_first + request.replaced
+    if request.archive:
+        conn.execute(
+            _ARCHIVE_HEAD, (request.expected_version, old_first, namespace, session_id, cut)
+        )
+    conn.execute(_DELETE_EVENT_HEAD, (namespace, session_id, cut))
+    if request.new_events:
+        conn.executemany(
+            _INSERT_EVENT,
+            [
+                (namespace, session_id, first + event.position, event.data)
+                for event in request.new_events
+            ],
+        )
+
+
+def _archived(conn: sqlite3.Connection, namespace: str, session_id: str, now: int) -> list[str]:
+    if conn.execute(_SELECT_LIVE, (namespace, session_id, now)).fetchone() is None:
+        return []
+    rows = conn.execute(_SELECT_ARCHIVE, (namespace, session_id)).fetchall()
+    return list(map(_first, rows))
 
 
 def _delete(conn: sqlite3.Connection, namespace: str, session_id: str, now: int) -> bool:
@@ -279,6 +367,7 @@ def _delete(conn: sqlite3.Connection, namespace: str, session_id: str, now: int)
     if row is None:
         return False
     conn.execute(_DELETE_EVENTS, (namespace, session_id))
+    conn.execute(_DELETE_ARCHIVE, (namespace, session_id))
     conn.execute(_DELETE_SESSION, (namespace, session_id))
     expires = row[0]
     return expires is None or expires > now
@@ -287,12 +376,14 @@ def _delete(conn: sqlite3.Connection, namespace: str, session_id: str, now: int)
 def _delete_user(conn: sqlite3.Connection, namespace: str, user_id: str, now: int) -> int:
     (live,) = conn.execute(_COUNT_LIVE_OF_USER, (namespace, user_id, now)).fetchone()
     conn.execute(_DELETE_EVENTS_OF_USER, (namespace, namespace, user_id))
+    conn.execute(_DELETE_ARCHIVE_OF_USER, (namespace, namespace, user_id))
     conn.execute(_DELETE_SESSIONS_OF_USER, (namespace, user_id))
     return int(live)
 
 
 def _purge_expired(conn: sqlite3.Connection, namespace: str, now: int) -> int:
     conn.execute(_DELETE_EVENTS_OF_EXPIRED, (namespace, namespace, now))
+    conn.execute(_DELETE_ARCHIVE_OF_EXPIRED, (namespace, namespace, now))
     return conn.execute(_DELETE_EXPIRED, (namespace, now)).rowcount
 
 
@@ -356,7 +447,7 @@ class SQLiteSessionManager(SessionManager):
     _writer: Link
     _reader: Link
     driver_errors = (ErrorRule((sqlite3.Error,)),)
-    capabilities = Capabilities(persistent=True, shared=True)
+    capabilities = Capabilities(persistent=True, shared=True, compaction=True)
     db_system = "sqlite"
 
     def __init__(self, url: str, options: ManagerOptions | None = None) -> None:
@@ -364,7 +455,7 @@ class SQLiteSessionManager(SessionManager):
         self.path = database_path(url)
         if self.path == MEMORY:
             # The URL decides what this manager can do, so it is set per instance.
-            self.capabilities = Capabilities(persistent=False, shared=False)
+            self.capabilities = Capabilities(persistent=False, shared=False, compaction=True)
         self._ns = self.options.namespace
         self._utf8 = True
 
@@ -403,8 +494,6 @@ class SQLiteSessionManager(SessionManager):
         except BaseException as exc:
             for link in reversed(links):
                 await link.close()
-            if isinstance(exc, SchemaTooNewError):
-                raise BackendUnavailableError(self.url, str(exc)) from exc
             if isinstance(exc, sqlite3.Error):
                 raise BackendUnavailableError(self.url, self._open_failure(exc)) from exc
             raise
@@ -466,6 +555,15 @@ class SQLiteSessionManager(SessionManager):
 
     async def _save(self, request: SaveRequest, now: datetime) -> None:
         await self._writer.write(_save, self._ns, request, to_micros(now))
+
+    async def _compact(self, request: CompactRequest, now: datetime) -> None:
+        await self._writer.write(_compact, self._ns, request, to_micros(now))
+
+    async def _archived(self, session_id: str, now: datetime) -> list[str]:
+        texts: list[str] = await self._reader.read(
+            _archived, self.options.namespace, session_id, to_micros(now)
+        )
+        return texts
 
     async def _delete(self, session_id: str, now: datetime) -> bool:
         return await self._writer.write(_delete, self._ns, session_id, to_micros(now))

@@ -19,7 +19,9 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SchemaTooNewError", "migrate", "stored_version"]
+from agentsessions.backend import SchemaTooNewError
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "migrate", "stored_version"]
 
 META = "agentsessions_meta"
 
@@ -77,22 +79,25 @@ MIGRATIONS: list[Sequence[str]] = [
     # Idempotent saves: the tokens of the session's latest saves, newest first, 32 hex
     # characters each (see SaveRequest).
     ("ALTER TABLE agentsessions_sessions ADD COLUMN save_tokens TEXT NOT NULL DEFAULT ''",),
+    # Compaction: a session's first event is at position first_position, so replacing a
+    # prefix deletes and inserts only that prefix instead of renumbering what stays; the
+    # archive keeps what a compaction asked to keep, keyed by the version it replaced.
+    (
+        "ALTER TABLE agentsessions_sessions ADD COLUMN first_position INTEGER NOT NULL DEFAULT 0",
+        """
+        CREATE TABLE agentsessions_archive (
+            namespace  TEXT    NOT NULL,
+            session_id TEXT    NOT NULL,
+            version    INTEGER NOT NULL,
+            position   INTEGER NOT NULL,
+            data       TEXT    NOT NULL,
+            PRIMARY KEY (namespace, session_id, version, position)
+        ) WITHOUT ROWID
+        """,
+    ),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
-
-
-class SchemaTooNewError(Exception):
-    """The database was written by a newer agentsessions-sqlite than this one."""
-
-    def __init__(self, found: int, known: int) -> None:
-        super().__init__(
-            f"the database has agentsessions schema version {found}, newer than the "
-            f"{known} this agentsessions-sqlite understands; upgrade agentsessions-sqlite "
-            "(opening it with older code could corrupt it)"
-        )
-        self.found = found
-        self.known = known
 
 
 def stored_version(conn: sqlite3.Connection) -> int:

@@ -8,6 +8,7 @@ rewriting first, so failed clauses show the compared values.
 from __future__ import annotations
 
 from ._base import SuiteBase
+from ._tests_compaction import CompactionTests
 from ._tests_concurrency import ConcurrencyTests
 from ._tests_create import CreateTests
 from ._tests_delete import DeleteTests
@@ -43,6 +44,7 @@ class SessionManagerTests(
     TtlTests,
     IsolationTests,
     ConcurrencyTests,
+    CompactionTests,
     RestoreTests,
     ListingTests,
     ErasureTests,

@@ -31,7 +31,10 @@ Writes go through the manager's optimistic concurrency: `add_items` and `pop_ite
 reload and retry when another writer saved first, so two runs appending to one
 conversation at once both land, in some order, and nothing is overwritten. Reads and
 appends load only the events they need (``last_events``), so their cost does not
-grow with the conversation.
+grow with the conversation. An `add_items` that follows this object's `get_items`
+(as a run does: read the history, then save its items) appends to the copy that read
+loaded and saves it, one round trip; only if another writer saved in between does it
+load the session's version again.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from .. import _json
 from .._errors import InvalidInputError, SessionConflictError, SessionSerializationError
 from .._manager import DEFAULT_UPDATE_RETRIES, SessionManager, validate_id
 from .._models import Event, Session
+from .._tracking import mark_loaded
 from ._shared import backoff, finish_despite_cancellation
 
 if TYPE_CHECKING:
@@ -117,6 +121,11 @@ class AgentSessionsSession:
             else coerce_session_settings(session_settings)
         )
         self.retries = retries
+        # The session as the last get_items loaded it, minus its events (the version
+        # and the position of the end): an add_items right after appends to it and
+        # saves, one round trip, instead of loading the session again. Taken out while
+        # a save uses it, so two concurrent calls never share it; a failure drops it.
+        self._held: Session | None = None
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.session_id!r} on {self.manager!r}>"
@@ -130,10 +139,12 @@ class AgentSessionsSession:
         session = await self.manager.get(
             self.session_id, user_id=self.user_id, last_events=effective
         )
+        self._held = None if session is None else _empty_copy(session)
         if session is None:
             return []
         # Every load decodes fresh objects from storage, so handing out the stored
-        # dicts cannot alias anything another reader holds.
+        # dicts cannot alias anything another reader holds (the held copy writes only
+        # the events appended to it, never these).
         return [cast("TResponseInputItem", event.content) for event in session.events]
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
@@ -154,6 +165,16 @@ class AgentSessionsSession:
         await finish_despite_cancellation(self._append(events))
 
     async def _append(self, events: list[Event]) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            held.events.extend(events)
+            try:
+                await self.manager.save(held)
+            except SessionConflictError:
+                pass  # another writer saved since our read: append as below
+            else:
+                self._held = _empty_copy(held)  # keeps none of what it just wrote
+                return
         # An append needs none of the history: a load of zero events still carries the
         # version the save checks.
         await self.manager.update(
@@ -170,6 +191,7 @@ class AgentSessionsSession:
         return await finish_despite_cancellation(self._pop())
 
     async def _pop(self) -> TResponseInputItem | None:
+        self._held = None
         attempt = 0
         while True:
             session = await self._load(last_events=1)
@@ -188,6 +210,7 @@ class AgentSessionsSession:
         await finish_despite_cancellation(self._clear())
 
     async def _clear(self) -> None:
+        self._held = None
         attempt = 0
         while True:
             loaded = await self._load(last_events=0)
@@ -222,3 +245,20 @@ class AgentSessionsSession:
             raise conflict
         await backoff(attempt)
         return attempt + 1
+
+
+def _empty_copy(session: Session) -> Session:
+    """*session* at its version with none of its events loaded, as ``get(last_events=0)``
+    returns it: appending to it and saving writes after the stored events, and it keeps
+    no history alive."""
+    copy = Session.model_construct(
+        session_id=session.session_id,
+        user_id=session.user_id,
+        events=[],
+        state=session.state,
+        created_at=session.created_at,
+        updated_at=session.updated_at,
+        version=session.version,
+    )
+    mark_loaded(copy, offset=session.first_event_position + len(session.events), partial=True)
+    return copy

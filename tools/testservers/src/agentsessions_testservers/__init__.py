@@ -32,7 +32,7 @@ from ._find import (
 from ._mongo import SECANTUS_SPEC, ensure_secantus, start_mongo
 from ._postgres import start_postgres
 from ._process import ManagedServer, ServerUnavailable, free_port
-from ._redis import start_redis, start_redis_cluster
+from ._redis import RedisError, redis_command, start_redis, start_redis_cluster
 from ._sentinel import SENTINEL_SERVICE, RedisSentinelServer, start_redis_sentinel
 
 __all__ = [
@@ -42,6 +42,7 @@ __all__ = [
     "SENTINEL_SERVICE",
     "Kind",
     "ManagedServer",
+    "RedisError",
     "RedisSentinelServer",
     "ServerUnavailable",
     "ensure_secantus",
@@ -52,6 +53,7 @@ __all__ = [
     "find_redis_cluster",
     "find_redis_sentinel",
     "free_port",
+    "redis_command",
     "start_mongo",
     "start_postgres",
     "start_redis",
