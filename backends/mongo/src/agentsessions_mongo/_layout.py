@@ -48,7 +48,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from agentsessions.backend import EventRecord, SessionRecord, from_micros, to_micros
+from agentsessions.backend import (
+    EventRecord,
+    SessionRecord,
+    expiry_millis,
+    from_micros,
+    to_micros,
+)
 from bson import ObjectId
 
 __all__ = [
@@ -77,7 +83,7 @@ def expiry_date(when: datetime | None) -> datetime | None:
     """*when* rounded up to BSON's millisecond, so expiry never comes early."""
     if when is None:
         return None
-    return _EPOCH + timedelta(milliseconds=-(-to_micros(when) // 1000))
+    return _EPOCH + timedelta(milliseconds=expiry_millis(when))
 
 
 def is_expired(doc: dict[str, Any], now: datetime) -> bool:

@@ -38,9 +38,9 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime, timezone
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 from agentsessions import (
@@ -51,7 +51,6 @@ from agentsessions import (
     SessionConflictError,
     SessionError,
     SessionExistsError,
-    SessionNotFoundError,
     SessionSerializationError,
     SessionSummary,
 )
@@ -67,6 +66,7 @@ from agentsessions.backend import (
     SessionManager,
     SessionRecord,
     decode_events,
+    refused,
     scrub_secret,
     to_micros,
     validate_id,
@@ -128,6 +128,7 @@ _TOO_LARGE = "larger than the server's limit of 16,777,216 bytes per BSON docume
 _TOO_LARGE_CODES = frozenset({10334, 17419, 17420})
 
 Doc = dict[str, Any]
+W = TypeVar("W", SaveRequest, CompactRequest)
 _SUMMARY_FIELDS = dict.fromkeys(
     ("user_id", "created_at", "updated_at", "event_count", "version"), 1
 )
@@ -413,34 +414,43 @@ class MongoSessionManager(SessionManager):
     # -- save -----------------------------------------------------------------------------
 
     async def _save(self, request: SaveRequest, now: datetime) -> None:
-        session_id = validate_id(request.record.session_id)
+        validate_id(request.session_id)
+        await self._publish(self._try_save, request, now)
+
+    async def _publish(
+        self,
+        attempt: Callable[[W, SessionInfo, datetime], Awaitable[bool]],
+        request: W,
+        now: datetime,
+    ) -> None:
+        """Run one save or compaction *attempt* until it publishes (see the module's doc)."""
         for _ in range(_SAVE_ATTEMPTS):
             try:
-                info = await self._info_for_save(session_id, request, now)
-                if await self._try_save(request, info, now):
+                cached = self._infos.get(request.session_id)
+                if cached is None or cached.version != request.expected_version:
+                    cached = await self._stored_info(request, now)
+                if await attempt(request, cached, now):
                     return
             except _Landed:
                 return
         raise SessionConflictError(
-            session_id, request.expected_version, "the session was replaced while saving"
+            request.session_id, request.expected_version, "the session was replaced meanwhile"
         )
 
-    async def _info_for_save(
-        self, session_id: str, request: SaveRequest | CompactRequest, now: datetime
+    async def _stored_info(
+        self, request: SaveRequest | CompactRequest, now: datetime
     ) -> SessionInfo:
-        expected = request.expected_version
-        cached = self._infos.get(session_id)
-        if cached is not None and cached.version == expected:
-            return cached
-        doc = await self._sessions.find_one({"_id": session_id}, {"state": 0})
+        """The stored session as *request* expects it; `_Landed` if its token is stored,
+        else the contract error of a session gone or at another version."""
+        doc = await self._sessions.find_one({"_id": request.session_id}, {"state": 0})
         if doc is not None and request.token in doc.get("tokens", ()):
             raise _Landed
         if doc is None or is_expired(doc, now):
-            raise SessionNotFoundError(session_id)
+            raise refused(request, live=False)
         info = info_of(doc)
-        self._remember(session_id, info)
-        if info.version != expected:
-            raise SessionConflictError(session_id, expected)
+        self._remember(request.session_id, info)
+        if info.version != request.expected_version:
+            raise refused(request, live=True)
         return info
 
     async def _try_save(self, request: SaveRequest, info: SessionInfo, now: datetime) -> bool:
@@ -495,7 +505,7 @@ class MongoSessionManager(SessionManager):
             if written is not None:
                 await self._quietly(self._discard(session_id, written[0], written[1], writer))
             self._infos.pop(session_id, None)
-            return await self._explain_failed_publish(session_id, request, now)
+            return await self._explain_failed_publish(request, now)
         self._remember(
             session_id,
             SessionInfo(record.version, info.incarnation, segments, record.event_count, info.first),
@@ -540,7 +550,7 @@ class MongoSessionManager(SessionManager):
             if copied is None:
                 # Only a publish after our version removes published events, so this
                 # save has lost: say so the usual way.
-                if await self._explain_failed_publish(session_id, request, now):
+                if await self._explain_failed_publish(request, now):
                     raise _Landed
                 raise SessionConflictError(session_id, request.expected_version)
             pairs.extend(zip(range(start, keep), copied, strict=True))
@@ -555,17 +565,8 @@ class MongoSessionManager(SessionManager):
     # -- compaction -------------------------------------------------------------------------
 
     async def _compact(self, request: CompactRequest, now: datetime) -> None:
-        session_id = validate_id(request.session_id)
-        for _ in range(_SAVE_ATTEMPTS):
-            try:
-                info = await self._info_for_save(session_id, request, now)
-                if await self._try_compact(request, info, now):
-                    return
-            except _Landed:
-                return
-        raise SessionConflictError(
-            session_id, request.expected_version, "the session was replaced while compacting"
-        )
+        validate_id(request.session_id)
+        await self._publish(self._try_compact, request, now)
 
     async def _try_compact(self, request: CompactRequest, info: SessionInfo, now: datetime) -> bool:
         """One attempt, published like a save's; False when the session was re-created.
@@ -582,7 +583,7 @@ class MongoSessionManager(SessionManager):
         if request.archive:
             texts = await self._read_texts(session_id, info, 0, request.replaced)
             if texts is None:  # a later publish's cleanup: this compaction has lost
-                if await self._explain_failed_publish(session_id, request, now):
+                if await self._explain_failed_publish(request, now):
                     return True
                 raise SessionConflictError(session_id, request.expected_version)
             await self._archive.insert_many(
@@ -639,7 +640,7 @@ class MongoSessionManager(SessionManager):
             if archived:
                 await self._quietly(self._archive.delete_many({"writer": writer}))
             self._infos.pop(session_id, None)
-            return await self._explain_failed_publish(session_id, request, now)
+            return await self._explain_failed_publish(request, now)
         stored = SessionInfo(
             request.version, info.incarnation, tuple(segments), request.event_count, new_first
         )
@@ -688,21 +689,15 @@ class MongoSessionManager(SessionManager):
         )
 
     async def _explain_failed_publish(
-        self, session_id: str, request: SaveRequest | CompactRequest, now: datetime
+        self, request: SaveRequest | CompactRequest, now: datetime
     ) -> bool:
         """Why the conditional update matched nothing: True if *request* landed before
         (an earlier attempt of this very save), False if worth retrying; else raise."""
-        expected = request.expected_version
-        doc = await self._sessions.find_one({"_id": session_id}, {"state": 0})
-        if doc is not None and request.token in doc.get("tokens", ()):
+        try:
+            await self._stored_info(request, now)
+        except _Landed:
             return True
-        if doc is None or is_expired(doc, now):
-            raise SessionNotFoundError(session_id)
-        self._remember(session_id, info_of(doc))
-        if doc["version"] != expected:
-            raise SessionConflictError(session_id, expected)
-        # Same version, another incarnation: deleted and re-created since we looked.
-        return False
+        return False  # same version, another incarnation: deleted and re-created meanwhile
 
     async def _quietly(self, cleanup: Any) -> None:
         """Run a cleanup whose failure loses nothing (leftovers stay invisible).

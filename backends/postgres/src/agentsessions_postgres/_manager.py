@@ -26,9 +26,7 @@ from agentsessions import (
     BackendAuthenticationError,
     BackendTimeoutError,
     DatabaseNotFoundError,
-    SessionConflictError,
     SessionExistsError,
-    SessionNotFoundError,
     SessionSummary,
 )
 from agentsessions.backend import (
@@ -43,6 +41,7 @@ from agentsessions.backend import (
     SessionRecord,
     decode_events,
     encode_record,
+    refused,
 )
 
 from ._options import DRIVER_QUERY_PARAMS, PostgresOptions, check_url
@@ -305,14 +304,10 @@ class PostgresSessionManager(SessionManager):
         return LoadedSession(SessionRecord(*fields), events)
 
     async def _save(self, request: SaveRequest, now: datetime) -> None:
-        record = request.record
-        new_events = request.new_events
-        truncate = request.truncates
+        record, new_events, truncate = request.record, request.new_events, request.truncates
+        insert = bool(new_events)
         sql = save_statement(
-            self.options.schema,
-            truncate=truncate,
-            insert=bool(new_events),
-            upsert=truncate and bool(new_events),
+            self.options.schema, truncate=truncate, insert=insert, upsert=truncate and insert
         )
         args: list[Any] = [
             self._ns,
@@ -326,21 +321,8 @@ class PostgresSessionManager(SessionManager):
             request.token,
         ]
         if new_events:
-            args.append(request.keep)
-            args.append([event.data for event in new_events])
-        async with self._connection() as connection:
-            for _ in range(_SAVE_ATTEMPTS):
-                outcome = await connection.fetchval(sql, *args, timeout=self._remaining())
-                if outcome != request.expected_version:
-                    break
-                # Inconclusive (see save_statement): a fresh statement has a fresh snapshot.
-        if outcome == 0:
-            return
-        if outcome == -1:
-            raise SessionNotFoundError(record.session_id)
-        raise SessionConflictError(
-            record.session_id, request.expected_version, f"stored version is {outcome}"
-        )
+            args += [request.keep, [event.data for event in new_events]]
+        await self._write(sql, args, request)
 
     async def _compact(self, request: CompactRequest, now: datetime) -> None:
         sql = compact_statement(self.options.schema, archive=request.archive)
@@ -359,18 +341,20 @@ class PostgresSessionManager(SessionManager):
         ]
         if request.archive:
             args.append(request.replaced)
+        await self._write(sql, args, request)
+
+    async def _write(
+        self, sql: str, args: list[Any], request: SaveRequest | CompactRequest
+    ) -> None:
+        """Run a save or compaction statement; its outcome is `save_statement`'s."""
         async with self._connection() as connection:
             for _ in range(_SAVE_ATTEMPTS):
                 outcome = await connection.fetchval(sql, *args, timeout=self._remaining())
                 if outcome != request.expected_version:
                     break
-        if outcome == 0:
-            return
-        if outcome == -1:
-            raise SessionNotFoundError(request.session_id)
-        raise SessionConflictError(
-            request.session_id, request.expected_version, f"stored version is {outcome}"
-        )
+                # Inconclusive (see save_statement): a fresh statement has a fresh snapshot.
+        if outcome != 0:
+            raise refused(request, live=outcome != -1, stored_version=outcome)
 
     async def _archived(self, session_id: str, now: datetime) -> list[str]:
         rows = await self._read(self._sql.load_archive, self._ns, session_id, now)

@@ -18,10 +18,8 @@ from typing import ClassVar
 
 from agentsessions import (
     BackendUnavailableError,
-    SessionConflictError,
     SessionError,
     SessionExistsError,
-    SessionNotFoundError,
     SessionSummary,
 )
 from agentsessions.backend import (
@@ -39,6 +37,7 @@ from agentsessions.backend import (
     decode_record,
     decode_summary,
     encode_record,
+    refused,
     to_micros,
 )
 
@@ -288,14 +287,8 @@ def _save(conn: sqlite3.Connection, namespace: str, request: SaveRequest, now: i
         ),
     )
     if cursor.rowcount == 0:
-        # The token is checked only here: a save that landed has raised the version, so
-        # its retry always fails the version check first (the write lock is held).
-        row = conn.execute(_SELECT_VERSION, (request.token, namespace, session_id)).fetchone()
-        if row is not None and row[1]:
-            return  # a retry of this very save, which landed
-        if row is None or not (row[2] is None or row[2] > now):
-            raise SessionNotFoundError(session_id)
-        raise SessionConflictError(session_id, request.expected_version)
+        _check_landed(conn, namespace, request, now)
+        return
     # Positions are stored from the session's first position (0 until a compaction).
     if request.truncates or request.new_events:
         (first,) = conn.execute(_SELECT_FIRST_POSITION, (namespace, session_id)).fetchone()
@@ -309,6 +302,19 @@ def _save(conn: sqlite3.Connection, namespace: str, request: SaveRequest, now: i
                 for event in request.new_events
             ],
         )
+
+
+def _check_landed(
+    conn: sqlite3.Connection, namespace: str, request: SaveRequest | CompactRequest, now: int
+) -> None:
+    """After a failed version check: return if *request* landed before, else raise why.
+
+    The token is checked only here: a write that landed has raised the version, so its
+    retry always fails the version check first (the write lock is held).
+    """
+    row = conn.execute(_SELECT_VERSION, (request.token, namespace, request.session_id)).fetchone()
+    if row is None or not row[1]:
+        raise refused(request, live=row is not None and (row[2] is None or row[2] > now))
 
 
 def _compact(conn: sqlite3.Connection, namespace: str, request: CompactRequest, now: int) -> None:
@@ -331,12 +337,8 @@ def _compact(conn: sqlite3.Connection, namespace: str, request: CompactRequest, 
         ),
     )
     if cursor.rowcount == 0:
-        row = conn.execute(_SELECT_VERSION, (request.token, namespace, session_id)).fetchone()
-        if row is not None and row[1]:
-            return
-        if row is None or not (row[2] is None or row[2] > now):
-            raise SessionNotFoundError(session_id)
-        raise SessionConflictError(session_id, request.expected_version)
+        _check_landed(conn, namespace, request, now)
+        return
     (first,) = conn.execute(_SELECT_FIRST_POSITION, (namespace, session_id)).fetchone()
     old_first = first - shift
     cut = old_first + request.replaced
