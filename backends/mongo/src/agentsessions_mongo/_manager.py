@@ -38,7 +38,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
 from typing import Any, ClassVar, NamedTuple, TypeVar
 from urllib.parse import parse_qs, urlsplit
@@ -73,7 +73,7 @@ from agentsessions.backend import (
 )
 from bson import ObjectId
 from bson.errors import InvalidDocument
-from pymongo import ASCENDING, DESCENDING, AsyncMongoClient, IndexModel, ReadPreference
+from pymongo import ASCENDING, DESCENDING, AsyncMongoClient, ReadPreference
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.common import URI_OPTIONS_VALIDATOR_MAP
 from pymongo.errors import (
@@ -91,10 +91,13 @@ from pymongo.errors import (
 from ._layout import (
     Segment,
     SessionInfo,
+    archive_docs,
+    create_indexes,
     event_docs,
     expiry_date,
     info_of,
     is_expired,
+    list_filter,
     live_filter,
     new_event_pairs,
     range_filter,
@@ -177,7 +180,7 @@ class MongoSessionManager(SessionManager):
         self.database_name = database_name(url)  # a malformed URL fails at connect()
         # An AsyncMongoClient refuses to be used from a loop other than its first:
         # one client (with its pool and monitors) per event loop.
-        self._links = self.per_loop(self._new_link, _close_link, prepare=_create_indexes)
+        self._links = self.per_loop(self._new_link, _close_link, prepare=_prepare)
         # What this manager last saw of each session, so that the save following a
         # get needs no extra read. Entries are facts about (incarnation, version) and
         # are only used when the version matches, so a stale entry costs a read, never
@@ -586,20 +589,8 @@ class MongoSessionManager(SessionManager):
                 if await self._explain_failed_publish(request, now):
                     return True
                 raise SessionConflictError(session_id, request.expected_version)
-            await self._archive.insert_many(
-                [
-                    {
-                        "session": session_id,
-                        "incarnation": info.incarnation,
-                        "writer": writer,
-                        "at": request.version,
-                        "pos": position,
-                        "data": text,
-                    }
-                    for position, text in enumerate(texts)
-                ],
-                ordered=True,
-            )
+            docs = archive_docs(session_id, info.incarnation, writer, request.version, texts)
+            await self._archive.insert_many(docs, ordered=True)
             archived = True
         segments: list[Segment] = []
         gen: ObjectId | None = None
@@ -781,21 +772,10 @@ class MongoSessionManager(SessionManager):
         after: tuple[datetime, str] | None,
         now: datetime,
     ) -> list[SessionSummary]:
-        conditions: list[Mapping[str, Any]] = [live_filter(now)]
-        query: Doc = {} if user_id is None else {"user_id": validate_id(user_id, "user_id")}
-        if after is not None:
-            created, last_id = to_micros(after[0]), after[1]
-            conditions.append(
-                {
-                    "$or": [
-                        {"created_at": {"$lt": created}},
-                        {"created_at": created, "_id": {"$lt": last_id}},
-                    ]
-                }
-            )
-        query["$and"] = conditions
+        if user_id is not None:
+            validate_id(user_id, "user_id")
         docs = (
-            await self._sessions.find(query, _SUMMARY_FIELDS)
+            await self._sessions.find(list_filter(user_id, after, now), _SUMMARY_FIELDS)
             .sort([("created_at", DESCENDING), ("_id", DESCENDING)])
             .limit(limit)
             .to_list(None)
@@ -880,17 +860,5 @@ async def _close_link(link: _Link) -> None:
     await link.client.close()
 
 
-async def _create_indexes(link: _Link) -> None:
-    await link.sessions.create_indexes(
-        [
-            # Expired sessions are filtered out at read time; the TTL monitor (about
-            # once a minute) reclaims their documents.
-            IndexModel([("expires_at", ASCENDING)], expireAfterSeconds=0),
-            IndexModel([("created_at", DESCENDING), ("_id", DESCENDING)]),
-            IndexModel([("user_id", ASCENDING), ("created_at", DESCENDING), ("_id", DESCENDING)]),
-        ]
-    )
-    await link.events.create_indexes(
-        [IndexModel([("session", 1), ("gen", 1), ("pos", 1)], unique=True)]
-    )
-    await link.archive.create_indexes([IndexModel([("session", 1), ("at", 1), ("pos", 1)])])
+async def _prepare(link: _Link) -> None:
+    await create_indexes(link.sessions, link.events, link.archive)
