@@ -50,6 +50,13 @@ def redis_cluster_url() -> str:
 
 
 @pytest.fixture(scope="session")
+def redis_sentinel_url() -> str:
+    from agentsessions_testservers import find_redis_sentinel
+
+    return _server("Redis Sentinel", find_redis_sentinel)
+
+
+@pytest.fixture(scope="session")
 def mongo_url() -> str:
     from agentsessions_testservers import find_mongo
 

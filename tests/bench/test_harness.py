@@ -183,3 +183,50 @@ async def test_adapters_run_the_peers_turn_and_are_compared_with_their_own_frame
     )
     assert "| agentsessions OpenAI adapter | **ours**, adapter |" in markdown
     assert "Histories built one turn at a time" in markdown
+
+
+def test_curve_shapes_are_judged_against_the_design() -> None:
+    from agentsessions_bench._curves import verdicts
+
+    history = [
+        {
+            "size": n,
+            "turn_full_ms": 0.5 + n * 0.01,  # linear once the fixed cost is amortised
+            "turn_last_ms": 0.5,
+            "append_ms": 0.3 + n * 8e-6,  # 10 -> 10,000: +27%, within the 1.3x goal
+            "memory_full_kib": 2.0 * n,
+            "memory_last_kib": 40.0,
+        }
+        for n in (10, 100, 1_000, 10_000)
+    ]
+    found = {
+        "engines": {
+            "x": {
+                "history": history,
+                "pages": [{"depth": d, "ms": 1.0 + d / 100} for d in (1, 10, 100)],
+                "delete_user": [{"sessions": n, "ms": n**1.6} for n in (10, 100)],
+                "purge": [{"sessions": n, "ms": 3.0 * n} for n in (10, 100)],
+            }
+        },
+        "store": [
+            {
+                "engine": "x",
+                "sessions": 2,
+                "events": 8,
+                "turn_empty_ms": 1.0,
+                "turn_full_store_ms": 3.0,
+            }
+        ],
+    }
+    judged = {(r["curve"], r["metric"]): r["verdict"] for r in verdicts(found)}
+    assert judged == {
+        ("history", "turn_full_ms"): "linear",
+        ("history", "memory_full_kib"): "linear",
+        ("history", "turn_last_ms"): "flat",
+        ("history", "append_ms"): "flat",
+        ("history", "memory_last_kib"): "flat",
+        ("pages", "ms"): "grows slightly",
+        ("delete_user", "ms"): "worse than linear",
+        ("purge", "ms"): "linear",
+        ("store", "turn at 4 events, full store / empty store"): "NOT flat",
+    }

@@ -36,6 +36,14 @@ def test_scrub_secret_removes_the_password_from_driver_messages() -> None:
     assert "postgresql://app:***@db/x" in text
 
 
+def test_scrub_secret_removes_query_passwords_in_both_forms() -> None:
+    url = "redis+sentinel://:p%40ss@h:26379/mymaster/0?sentinel_password=s%3Ant&db=0"
+    text = scrub_secret(f"{url}: AUTH p@ss failed, AUTH s:nt failed, s%3Ant", url)
+    for secret in ("p@ss", "s:nt", "s%3Ant", "p%40ss"):
+        assert secret not in text
+    assert "sentinel_password=***" in text
+
+
 def test_split_url_takes_our_options_and_keeps_the_drivers() -> None:
     base, options = split_url(
         "postgresql://h/db?ttl=60&sslmode=require&namespace=a", frozenset({"sslmode"})

@@ -53,6 +53,15 @@ def _port_open(port: int) -> bool:
         return False
 
 
+def _dead(pid: int) -> bool:
+    """Gone, or a zombie that its new parent has not reaped yet."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
 def _restart(server: ManagedServer) -> None:
     url = server.url
     server.stop()
@@ -139,6 +148,80 @@ def test_postgres_roundtrip_and_restart(owned: list[ManagedServer]) -> None:
     asyncio.run(read_after_restart())
 
 
+@pytest.mark.postgres
+def test_postgres_pair_streams_and_fails_over(owned: list[ManagedServer]) -> None:
+    asyncpg = pytest.importorskip("asyncpg")
+    pair = _start(servers.start_postgres_pair)
+    owned.append(pair)
+    primary, standby = pair.primary.port, pair.standby.port
+    assert pair.url == (
+        f"postgresql://postgres@127.0.0.1:{primary},127.0.0.1:{standby}/postgres"
+        "?target_session_attrs=read-write"
+    )
+    assert len(pair.pids) == 2
+
+    async def write(url: str, value: int) -> None:
+        conn = await asyncpg.connect(url)
+        try:
+            await conn.execute("CREATE TABLE IF NOT EXISTS t (v int)")
+            await conn.execute("INSERT INTO t VALUES ($1)", value)
+        finally:
+            await conn.close()
+
+    async def on_standby() -> tuple[bool, list[int]]:
+        conn = await asyncpg.connect(pair.standby_url)
+        try:
+            with pytest.raises(asyncpg.ReadOnlySQLTransactionError):
+                await conn.execute("INSERT INTO t VALUES (0)")
+            rows = await conn.fetch("SELECT v FROM t ORDER BY v")
+            return await conn.fetchval("SELECT pg_is_in_recovery()"), [r[0] for r in rows]
+        finally:
+            await conn.close()
+
+    asyncio.run(write(pair.url, 1))
+    pair.wait_replayed()
+    assert asyncio.run(on_standby()) == (True, [1])
+
+    backends = servers._postgres._children_of(pair.primary.pid or 0)
+    assert backends  # the postmaster's children, killed with it
+    pair.kill_primary()
+    assert not pair.primary.is_running() and not _port_open(primary or 0)
+    assert all(_dead(pid) for pid in backends)
+    pair.promote()
+    asyncio.run(write(pair.url, 2))  # the multi-host URL finds the promoted standby
+
+    async def read_promoted() -> list[int]:
+        conn = await asyncpg.connect(pair.standby_url)
+        try:
+            assert await conn.fetchval("SELECT pg_is_in_recovery()") is False
+            return [r[0] for r in await conn.fetch("SELECT v FROM t ORDER BY v")]
+        finally:
+            await conn.close()
+
+    assert asyncio.run(read_promoted()) == [1, 2]
+    workdir = pair.workdir
+    pair.close()
+    assert not workdir.exists() and pair.pids == []
+
+
+@pytest.mark.postgres
+def test_postgres_pair_synchronous_standby(owned: list[ManagedServer]) -> None:
+    asyncpg = pytest.importorskip("asyncpg")
+    pair = _start(lambda: servers.start_postgres_pair(synchronous=True))
+    owned.append(pair)
+
+    async def settings() -> tuple[str, str]:
+        conn = await asyncpg.connect(pair.primary_url)
+        try:
+            names = await conn.fetchval("SHOW synchronous_standby_names")
+            state = await conn.fetchval("SELECT sync_state FROM pg_stat_replication")
+            return names, state
+        finally:
+            await conn.close()
+
+    assert asyncio.run(settings()) == ("*", "sync")
+
+
 @pytest.mark.redis
 def test_redis_roundtrip_and_restart(owned: list[ManagedServer]) -> None:
     redis_asyncio = pytest.importorskip("redis.asyncio")
@@ -181,6 +264,37 @@ def test_redis_cluster_roundtrip_and_restart(owned: list[ManagedServer]) -> None
     assert asyncio.run(write_read()) == 3
     _restart(server)
     assert asyncio.run(write_read()) == 3
+
+
+@pytest.mark.redis
+def test_redis_sentinel_names_the_primary_and_restarts(owned: list[ManagedServer]) -> None:
+    sentinel = pytest.importorskip("redis.asyncio.sentinel")
+    server = _start(servers.start_redis_sentinel)
+    owned.append(server)
+    assert isinstance(server, servers.RedisSentinelServer)
+    assert server.url.startswith("redis+sentinel://127.0.0.1:")
+    assert server.url.endswith(f"/{servers.SENTINEL_SERVICE}/0")
+    primary, replica = server.data_ports
+
+    async def write_read() -> tuple[str, int]:
+        finder = sentinel.Sentinel([("127.0.0.1", port) for port in server.sentinel_ports])
+        client = finder.master_for(servers.SENTINEL_SERVICE)
+        try:
+            await client.set("key", "value")
+            assert await client.get("key") == b"value"
+            # Three Sentinels, each knowing the replica and the two others.
+            host, port = await finder.discover_master(servers.SENTINEL_SERVICE)
+            return host, port
+        finally:
+            await client.aclose()
+            for each in finder.sentinels:
+                await each.aclose()
+
+    assert asyncio.run(write_read()) == ("127.0.0.1", primary)
+    assert server.primary_port() == primary
+    assert "role:slave" in servers.redis_command(replica, "INFO", "replication")
+    _restart(server)
+    assert asyncio.run(write_read()) == ("127.0.0.1", primary)
 
 
 @pytest.mark.mongo

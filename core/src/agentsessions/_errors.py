@@ -22,7 +22,8 @@ wrong before any I/O happens also derives from `ValueError`, so
     │   ├── BackendAuthenticationError  the server refused the credentials
     │   ├── DatabaseNotFoundError    the database the URL names does not exist
     │   ├── BackendTimeoutError      the call did not finish within its deadline (``timeout``)
-    │   └── StorageFullError         the server refuses writes because it is out of space
+    │   ├── StorageFullError         the server refuses writes because it is out of space
+    │   └── BackendReadOnlyError     the server is a standby or replica: it refuses writes
     └── ManagerClosedError           a call on a manager after close()
 """
 
@@ -35,6 +36,7 @@ __all__ = [
     "DatabaseNotFoundError",
     "BackendConflictError",
     "BackendPluginError",
+    "BackendReadOnlyError",
     "BackendTimeoutError",
     "BackendUnavailableError",
     "InvalidInputError",
@@ -218,6 +220,16 @@ class BackendTimeoutError(BackendUnavailableError):
 class StorageFullError(BackendUnavailableError):
     """The server refused a write because it is full (Redis at ``maxmemory``, a full
     disk); nothing was written. Free space or raise the limit, then retry."""
+
+
+class BackendReadOnlyError(BackendUnavailableError):
+    """The server refused a write because it accepts none: a standby or read-only
+    replica, or a primary being demoted in a failover. Nothing was written.
+
+    Retryable: the manager drops its connections to that server, so once one of the
+    URL's hosts is the primary (a standby promoted), the next call writes there. A URL
+    none of whose hosts accepts writes raises it at connect time too.
+    """
 
 
 class ManagerClosedError(SessionError):

@@ -26,6 +26,7 @@ from . import _deadline, _instrumentation, _json, _log
 from ._clock import SYSTEM_CLOCK, Clock
 from ._deadline import ErrorRule
 from ._errors import (
+    BackendReadOnlyError,
     BackendTimeoutError,
     BackendUnavailableError,
     InvalidInputError,
@@ -834,7 +835,8 @@ class SessionManager(abc.ABC):
         The whole call, retries included, is bounded by the ``timeout`` option. A save
         that fails with `BackendUnavailableError` may have landed, so it is re-sent
         with its token (see `save`) until it gets a definite answer: *fn*'s change is
-        never applied twice. If the deadline passes first, `BackendTimeoutError` is
+        never applied twice; `BackendReadOnlyError` is one (nothing was written) and is
+        raised at once. If the deadline passes first, `BackendTimeoutError` is
         raised and the change may or may not be stored (`get` tells).
         ``last_events=N`` loads only the newest N events on each attempt (``0`` for an
         append that needs no history); *fn* may then append events or remove them from
@@ -871,6 +873,8 @@ class SessionManager(abc.ABC):
             try:
                 await self.save(session)
                 return
+            except BackendReadOnlyError:
+                raise  # refused, so not stored: no outcome to wait for
             except BackendUnavailableError:
                 attempt += 1
                 await backoff(attempt, cap=0.5)

@@ -45,11 +45,18 @@ def mask_url(url: str) -> str:
 
 
 def scrub_secret(text: str, url: str) -> str:
-    """*text* (a driver's error message, say) with the URL's password masked out."""
+    """*text* (a driver's error message, say) with the URL's passwords masked out: the
+    user info's and those of query parameters named like one (``sentinel_password``)."""
     text = text.replace(url, mask_url(url))
     password = url_password(url)
-    if password:
-        text = text.replace(password, _MASK)
+    # Both forms: the URL holds them percent-encoded, a driver's message decoded.
+    secrets = [password, unquote(password)] if password else []
+    query = "?" + url.partition("?")[2].partition("#")[0]
+    for match in _SECRET_PARAM.finditer(query):
+        value = query[match.end(1) : match.end()]
+        secrets += [value, unquote(value)]
+    for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
+        text = text.replace(secret, _MASK)
     return text
 
 

@@ -77,6 +77,13 @@ async def cluster(redis_cluster_url: str) -> AsyncIterator[Callable[..., Any]]:
         yield factory
 
 
+@pytest_asyncio.fixture
+async def sentinel(redis_sentinel_url: str) -> AsyncIterator[Callable[..., Any]]:
+    """Managers on the primary a Sentinel deployment names (``redis+sentinel://``)."""
+    async for factory in _managed(redis_sentinel_url):
+        yield factory
+
+
 @pytest.fixture(params=["standalone", "cluster"])
 def deployment(request: pytest.FixtureRequest) -> Callable[..., Any]:
     """Both kinds of deployment, one after the other."""

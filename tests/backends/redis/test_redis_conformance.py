@@ -1,4 +1,5 @@
-"""The conformance kit against one Redis server and against a Redis Cluster."""
+"""The conformance kit against one Redis server, a Redis Cluster and a Sentinel deployment
+(with and without waiting for the replica's acknowledgement of each write)."""
 
 from __future__ import annotations
 
@@ -56,6 +57,26 @@ class TestRedisClusterConformance(SessionManagerTests):
     @pytest_asyncio.fixture
     async def manager(self, cluster: Callable[..., Any]) -> AsyncIterator[SessionManager]:
         yield await cluster()
+
+    async def raw_inventory(self, manager: SessionManager, session_id: str) -> Inventory:
+        return await redis_inventory(manager, session_id)
+
+
+class TestRedisSentinelConformance(SessionManagerTests):
+    @pytest_asyncio.fixture
+    async def manager(self, sentinel: Callable[..., Any]) -> AsyncIterator[SessionManager]:
+        yield await sentinel()
+
+    async def raw_inventory(self, manager: SessionManager, session_id: str) -> Inventory:
+        return await redis_inventory(manager, session_id)
+
+
+class TestRedisSentinelWaitReplicasConformance(SessionManagerTests):
+    """Every write followed by WAIT for the deployment's one replica."""
+
+    @pytest_asyncio.fixture
+    async def manager(self, sentinel: Callable[..., Any]) -> AsyncIterator[SessionManager]:
+        yield await sentinel(wait_replicas=1)
 
     async def raw_inventory(self, manager: SessionManager, session_id: str) -> Inventory:
         return await redis_inventory(manager, session_id)

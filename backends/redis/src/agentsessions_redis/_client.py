@@ -15,6 +15,7 @@ failover. The URL's user and password are the data nodes'; ``sentinel_username``
 
 from __future__ import annotations
 
+import re
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
@@ -23,7 +24,9 @@ from agentsessions.backend import parse_server_url
 from redis.asyncio import Redis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.connection import parse_url
-from redis.asyncio.sentinel import Sentinel
+from redis.asyncio.retry import Retry
+from redis.asyncio.sentinel import MasterNotFoundError, Sentinel
+from redis.backoff import NoBackoff
 
 __all__ = [
     "CLUSTER_SCHEMES",
@@ -105,6 +108,23 @@ def split_cluster_url(url: str) -> tuple[str, list[tuple[str, int]]]:
     return f"{plain}://{userinfo}{at}{hosts.split(',')[0]}{tail}", nodes
 
 
+# redis-py names each Sentinel that failed by its client's repr, a few hundred
+# characters of connection settings: the host and port are what a reader needs.
+_SENTINEL_REPR = re.compile(
+    r"<redis\.asyncio\.client\.Redis\(.*?host=([^,]+),port=(\d+),.*?\)>\)>\)>"
+)
+
+
+class _Sentinel(Sentinel):
+    """redis-py's Sentinel client, with a readable error when no Sentinel names a primary."""
+
+    async def discover_master(self, service_name: str) -> Any:
+        try:
+            return await super().discover_master(service_name)
+        except MasterNotFoundError as exc:
+            raise MasterNotFoundError(_SENTINEL_REPR.sub(r"\1:\2", str(exc))) from None
+
+
 def _sentinel_client(url: str, settings: dict[str, Any]) -> Redis:
     """The primary's client for a Sentinel URL; redis-py finds the primary, and again
     after a failover (a connection to a demoted primary is dropped on READONLY)."""
@@ -124,9 +144,13 @@ def _sentinel_client(url: str, settings: dict[str, Any]) -> Redis:
     for name in ("host", "port", "connection_class"):
         node_settings.pop(name, None)
     node_settings.update(settings)
+    # No retries of its own: a Sentinel that fails is skipped for the next one, and the
+    # primary's connection retries the whole discovery (redis-py's default would retry
+    # each Sentinel ten times, refused passwords included).
     sentinel_settings: dict[str, Any] = {
         k: v for k, v in settings.items() if k.startswith("socket_")
     }
+    sentinel_settings["retry"] = Retry(NoBackoff(), 0)
     if parts.query.get("sentinel_username"):
         sentinel_settings["username"] = parts.query["sentinel_username"]
     if parts.query.get("sentinel_password"):
@@ -135,7 +159,7 @@ def _sentinel_client(url: str, settings: dict[str, Any]) -> Redis:
         node_settings["ssl"] = True
         sentinel_settings["ssl"] = True
         sentinel_settings.update({k: v for k, v in node_settings.items() if k.startswith("ssl_")})
-    manager = Sentinel(sentinels, sentinel_kwargs=sentinel_settings)  # type: ignore[no-untyped-call]
+    manager = _Sentinel(sentinels, sentinel_kwargs=sentinel_settings)  # type: ignore[no-untyped-call]
     client: Redis = manager.master_for(service, **node_settings)
     return client
 

@@ -20,6 +20,7 @@ from typing import Any, ClassVar, TypeVar
 from agentsessions import (
     BackendAuthenticationError,
     BackendTimeoutError,
+    BackendUnavailableError,
     InvalidOptionError,
     SessionExistsError,
     SessionSummary,
@@ -46,7 +47,7 @@ from redis import exceptions as redis_errors
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
-from redis.asyncio.sentinel import SentinelConnectionPool
+from redis.asyncio.sentinel import MasterNotFoundError, SentinelConnectionPool
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.commands.core import AsyncScript
 
@@ -60,15 +61,27 @@ __all__ = ["RedisSessionManager"]
 T = TypeVar("T")
 E = TypeVar("E")
 
+
+def _sentinels_refused(exc: BaseException) -> bool:
+    text = str(exc)
+    return "AuthenticationError" in text and not any(
+        other in text for other in ("ConnectionError", "TimeoutError")
+    )
+
+
 # Errors that mean "the server could not be reached or cannot serve right now".
 _DRIVER_ERRORS = (
     # At maxmemory a script's first write is refused, so nothing was written.
     ErrorRule((redis_errors.OutOfMemoryError,), StorageFullError),
+    # min-replicas-to-write refuses a script's first write the same way: nothing written.
+    ErrorRule((redis_errors.ResponseError,), when=lambda exc: str(exc).startswith("NOREPLICAS")),
     ErrorRule((redis_errors.TimeoutError, asyncio.TimeoutError), BackendTimeoutError),
     ErrorRule(
         (redis_errors.AuthenticationError, redis_errors.AuthenticationWrongNumberOfArgsError),
         BackendAuthenticationError,
     ),
+    # Every Sentinel refused its password (each one's error is in the message).
+    ErrorRule((MasterNotFoundError,), BackendAuthenticationError, when=_sentinels_refused),
     ErrorRule(
         (
             redis_errors.ConnectionError,  # also AuthenticationError, BusyLoadingError, pool
@@ -139,6 +152,10 @@ class RedisSessionManager(SessionManager):
                 stacklevel=4,
             )
         self.cluster = scheme in CLUSTER_SCHEMES
+        if self.cluster and self.options.wait_replicas:
+            # WAIT counts the replicas of the node the connection talks to, and a write
+            # here may span several nodes: not supported rather than half-true.
+            raise InvalidOptionError("option 'wait_replicas' is not supported in a Redis Cluster")
         self.db = check_url(url)  # a malformed URL fails at connect(), not at first use
         self.keys = KeyLayout(self.options.namespace)
         # redis-py's connections belong to the loop that opened them: one client
@@ -158,6 +175,41 @@ class RedisSessionManager(SessionManager):
     @property
     def _link(self) -> _Link:
         return self._links.current()
+
+    async def _write(
+        self,
+        script: AsyncScript,
+        keys: Sequence[str],
+        args: list[Any],
+        wrote: Callable[[Any], bool],
+    ) -> Any:
+        """Run a script that writes a session; with ``wait_replicas``, then WAIT for them.
+
+        WAIT counts acknowledgements of the writes made on its own connection, so it is
+        pipelined with the script: one connection, one round trip. *wrote(result)* says
+        whether the script wrote anything; one that refused (a conflict, say) raises
+        its own error whatever the replicas did.
+        """
+        wanted = self.options.wait_replicas
+        if not wanted:
+            return await script(keys, args)
+        waited = self._remaining(self.options.wait_timeout)
+        # Never 0, which would mean "wait forever".
+        milliseconds = max(1, int(waited * 1000))
+        client = self.client
+        assert isinstance(client, Redis)  # never a cluster: see __init__
+        async with client.pipeline(transaction=False) as pipe:
+            await script(keys, args, client=pipe)
+            pipe.execute_command("WAIT", wanted, milliseconds)
+            result, acknowledged = await pipe.execute()
+        if wrote(result) and int(acknowledged) < wanted:
+            raise BackendUnavailableError(
+                self.url,
+                f"the write reached the primary, but only {acknowledged} of {wanted} "
+                f"replicas (wait_replicas) acknowledged it within {waited:.3g} s: it may be "
+                "lost if the primary fails now",
+            )
+        return result
 
     async def _new_link(self) -> _Link:
         o = self.options
@@ -244,7 +296,9 @@ class RedisSessionManager(SessionManager):
         if not self.cluster:
             index_keys = [self.keys.index] + ([user_index] if user_index else [])
             script_keys = [keys.hash, keys.events, keys.archive, *index_keys]
-            result = await self._link.create(script_keys, args)
+            result = await self._write(
+                self._link.create, script_keys, args, lambda r: bool(r[0] == 1)
+            )
             if result[0] != 1:
                 raise SessionExistsError(session_id)
             return
@@ -294,7 +348,9 @@ class RedisSessionManager(SessionManager):
             record.event_count,
         ]
         args.extend(event.data for event in request.new_events)
-        result = await self._link.save([keys.hash, keys.events, keys.archive], args)
+        result = await self._write(
+            self._link.save, [keys.hash, keys.events, keys.archive], args, lambda r: bool(r == 1)
+        )
         if result != 1:
             raise refused(request, live=result != 0)
 
@@ -312,7 +368,9 @@ class RedisSessionManager(SessionManager):
             "1" if request.archive else "",
         ]
         args.extend(event.data for event in request.new_events)
-        result = await self._link.compact([keys.hash, keys.events, keys.archive], args)
+        result = await self._write(
+            self._link.compact, [keys.hash, keys.events, keys.archive], args, lambda r: r == 1
+        )
         if result != 1:
             raise refused(request, live=result != 0)
 
@@ -337,7 +395,12 @@ class RedisSessionManager(SessionManager):
         script_keys = [keys.hash, keys.events, keys.archive]
         if not self.cluster:
             script_keys.append(self.keys.index)
-        result = await self._link.delete(script_keys, [now_us, mode, user_id or ""])
+        result = await self._write(
+            self._link.delete,
+            script_keys,
+            [now_us, mode, user_id or ""],
+            lambda r: int(r[0]) in (0, 1),
+        )
         verdict = int(result[0])
         if self.cluster and verdict in (0, 1):
             owner = result[1]

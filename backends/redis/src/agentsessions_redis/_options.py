@@ -52,3 +52,15 @@ class RedisOptions(ManagerOptions):
         description="reconnect-and-resend attempts after a dropped connection, all within "
         "the call's timeout",
     )
+    wait_replicas: int = Field(
+        default=0,
+        ge=0,
+        le=100,
+        description="replicas that must acknowledge every write (Redis WAIT) before it "
+        "returns; fewer within wait_timeout raise BackendUnavailableError (not in a cluster)",
+    )
+    wait_timeout: Timeout = Field(
+        default=1.0,
+        description="seconds a write waits for wait_replicas acknowledgements (at most "
+        "what is left of the call's timeout)",
+    )

@@ -27,6 +27,7 @@ from ._approval import (
     ToolOutcome,
     UnknownToolError,
 )
+from ._compaction import CompactionPolicy, Summarizer, Summary
 from ._context import (
     ConflictPolicy,
     ExecutionContext,
@@ -39,12 +40,15 @@ __all__ = [
     "PENDING_CALLS_KEY",
     "Agent",
     "Approval",
+    "CompactionPolicy",
     "ConflictPolicy",
     "ExecutionContext",
     "PendingToolCall",
     "PendingToolCalls",
     "RunResult",
     "RunStatus",
+    "Summarizer",
+    "Summary",
     "Tool",
     "ToolCallNotFoundError",
     "ToolOutcome",

@@ -7,6 +7,7 @@ import abc
 from .._manager import SessionManager
 from .._memory import MemorySessionManager
 from ._approval import Approval, Toolbox
+from ._compaction import CompactionPolicy
 from ._context import ConflictPolicy, ExecutionContext, RunResult, run_context
 
 __all__ = ["Agent"]
@@ -17,7 +18,8 @@ class Agent(abc.ABC):
 
     Subclasses implement `step` (and register tools on ``self.tools``). An agent
     given no manager keeps its sessions in its own in-memory store, which lives as
-    long as the agent object.
+    long as the agent object. With ``compaction=CompactionPolicy(...)`` each run
+    compacts its session after saving, when the policy says it is due.
     """
 
     #: The author name of the events the agent records.
@@ -29,11 +31,14 @@ class Agent(abc.ABC):
         *,
         last_events: int | None = None,
         on_conflict: ConflictPolicy = "merge",
+        compaction: CompactionPolicy | None = None,
     ) -> None:
         self.manager: SessionManager = manager if manager is not None else MemorySessionManager()
         self.tools = Toolbox()
         self.last_events = last_events
         self.on_conflict: ConflictPolicy = on_conflict
+        #: Applied after each run's save (see `CompactionPolicy`); None: never compact.
+        self.compaction = compaction
 
     @abc.abstractmethod
     async def step(self, context: ExecutionContext, message: str | None) -> str | None:
@@ -56,6 +61,7 @@ class Agent(abc.ABC):
             tools=self.tools,
             on_conflict=self.on_conflict,
             author=self.name,
+            compaction=self.compaction,
         ) as context:
             if approval is not None:
                 await context.resolve(approval)

@@ -50,6 +50,7 @@ from ._approval import (
     ToolOutcome,
     jsonable_result,
 )
+from ._compaction import CompactionPolicy, compact_session
 
 __all__ = [
     "MERGE_RETRIES",
@@ -88,6 +89,8 @@ class RunResult:
     outcomes: tuple[ToolOutcome, ...] = ()
     version: int | None = None
     event_count: int | None = None
+    #: How many events the run's compaction replaced (0: none was due or possible).
+    compacted: int = 0
 
     @property
     def stored(self) -> bool:
@@ -112,9 +115,11 @@ class ExecutionContext(EventsAndState):
         on_conflict: ConflictPolicy = "merge",
         last_events: int | None = None,
         author: str = "agent",
+        compaction: CompactionPolicy | None = None,
     ) -> None:
         if session is not None and manager is None:
             raise InvalidInputError("a context with a session needs the manager that stores it")
+        _check_compaction(compaction, manager)
         if on_conflict not in ("merge", "raise"):
             raise InvalidInputError(f"on_conflict must be 'merge' or 'raise', not {on_conflict!r}")
         self._session = session
@@ -129,6 +134,8 @@ class ExecutionContext(EventsAndState):
         self._own_state: dict[str, Any] = {}
         self._saved_events: list[Event] = []  # this run's events already saved
         self._outcomes: list[ToolOutcome] = []
+        self._compaction = compaction
+        self._compacted = 0
         self._set_baseline()
 
     # -- what the agent reads and writes ----------------------------------------------
@@ -298,6 +305,7 @@ class ExecutionContext(EventsAndState):
             event_count=(
                 None if session is None else session.first_event_position + len(session.events)
             ),
+            compacted=self._compacted,
         )
 
     # -- saving -------------------------------------------------------------------------
@@ -336,6 +344,27 @@ class ExecutionContext(EventsAndState):
         self._saved_events.extend(added if added is not None else ())
         self._set_baseline()
 
+    async def compact(self) -> int:
+        """Apply the context's `CompactionPolicy` now, if it is due; how many events it
+        replaced. `run_context` calls it after the run's final save.
+
+        Call it only when everything the run changed is saved: a compaction writes no
+        state, and one that lost a race is retried on a fresh copy (see
+        `CompactionPolicy`). Without a policy or a session it does nothing.
+        """
+        session, policy = self._session, self._compaction
+        if session is None or policy is None:
+            return 0
+        assert self._manager is not None
+        compacted, replaced = await compact_session(
+            self._manager, session, policy, user_id=self._user_id, pending=_pending_ids
+        )
+        if replaced:
+            self._session = compacted
+            self._compacted += replaced
+            self._set_baseline()
+        return replaced
+
     def _appended_events(self, session: Session) -> list[Event] | None:
         """The events appended since the baseline, or None if earlier ones were changed."""
         events = session.events
@@ -367,6 +396,23 @@ class ExecutionContext(EventsAndState):
                 continue
             return fresh
         raise conflict
+
+
+def _check_compaction(policy: object, manager: SessionManager | None) -> None:
+    if policy is None:
+        return
+    if not isinstance(policy, CompactionPolicy):
+        raise InvalidInputError(f"compaction must be a CompactionPolicy, not {policy!r}")
+    if manager is not None and not manager.capabilities.compaction:
+        raise InvalidInputError(
+            f"a compaction policy needs a backend that compacts; {type(manager).__name__} "
+            "does not (capabilities.compaction is False)"
+        )
+
+
+def _pending_ids(session: Session) -> set[str]:
+    raw = session.state.get(PENDING_CALLS_KEY)
+    return {call.id for call in _calls(raw)} if raw is not None else set()
 
 
 def _merge_state(
@@ -446,6 +492,7 @@ async def run_context(
     tools: Toolbox | None = None,
     on_conflict: ConflictPolicy = "merge",
     author: str = "agent",
+    compaction: CompactionPolicy | None = None,
 ) -> AsyncIterator[ExecutionContext]:
     """One run: ``async with run_context(manager, session_id=...) as ctx:``.
 
@@ -455,7 +502,9 @@ async def run_context(
     If the block raises, nothing more is saved. Without a *session_id* the run is
     independent: the context has its own events and state and nothing is stored.
     ``last_events=N`` loads only the newest N events, for agents that need only
-    recent history; the run can still append.
+    recent history; the run can still append. With a *compaction* policy the session
+    is compacted after the final save when the policy says it is due (see
+    `CompactionPolicy`); a run without a session ignores it.
     """
     if session_id is None:
         yield ExecutionContext(
@@ -464,6 +513,7 @@ async def run_context(
         return
     if manager is None:
         raise InvalidInputError("a run with a session_id needs a manager to store the session")
+    _check_compaction(compaction, manager)
     if on_conflict not in ("merge", "raise"):
         raise InvalidInputError(f"on_conflict must be 'merge' or 'raise', not {on_conflict!r}")
     session = await manager.get_or_create(session_id, user_id, last_events=last_events)
@@ -475,6 +525,8 @@ async def run_context(
         on_conflict=on_conflict,
         last_events=last_events,
         author=author,
+        compaction=compaction,
     )
     yield context
     await context.save()
+    await context.compact()

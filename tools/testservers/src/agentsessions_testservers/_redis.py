@@ -10,6 +10,7 @@ from __future__ import annotations
 import shutil
 import socket
 from pathlib import Path
+from typing import BinaryIO
 
 from ._process import (
     LOOPBACK,
@@ -43,36 +44,54 @@ class RedisError(Exception):
     """Redis answered with an error reply (``-ERR ...``, ``-LOADING ...``)."""
 
 
-def redis_command(port: int, *args: str, host: str = LOOPBACK, timeout: float = 2.0) -> str:
-    """Send one command over RESP and return a simple-string/bulk/integer reply as text.
-
-    A dozen lines of RESP keep this package free of a redis-py dependency and usable
-    from inside a running event loop. Raises :class:`RedisError` on an error reply and
-    OSError if the server cannot be reached.
-    """
+def _encode(args: tuple[str, ...]) -> bytes:
     payload = f"*{len(args)}\r\n".encode()
     for arg in args:
         data = arg.encode()
         payload += b"$%d\r\n%s\r\n" % (len(data), data)
+    return payload
+
+
+def _reply(reader: BinaryIO) -> str:
+    line = reader.readline().rstrip(b"\r\n")
+    kind, rest = line[:1], line[1:].decode(errors="replace")
+    if kind in (b"+", b":"):
+        return rest
+    if kind == b"-":
+        raise RedisError(rest)
+    if kind == b"$":
+        size = int(rest)
+        return "" if size < 0 else reader.read(size + 2)[:size].decode(errors="replace")
+    raise RedisError(f"unexpected reply {line[:40]!r}")
+
+
+def redis_command(
+    port: int,
+    *args: str,
+    host: str = LOOPBACK,
+    timeout: float = 2.0,
+    password: str | None = None,
+) -> str:
+    """Send one command over RESP and return a simple-string/bulk/integer reply as text.
+
+    A dozen lines of RESP keep this package free of a redis-py dependency and usable
+    from inside a running event loop. With *password*, ``AUTH`` goes first on the same
+    connection. Raises :class:`RedisError` on an error reply and OSError if the server
+    cannot be reached.
+    """
     with socket.create_connection((host, port), timeout=timeout) as sock:
-        sock.sendall(payload)
         reader = sock.makefile("rb")
-        line = reader.readline().rstrip(b"\r\n")
-        kind, rest = line[:1], line[1:].decode(errors="replace")
-        if kind in (b"+", b":"):
-            return rest
-        if kind == b"-":
-            raise RedisError(rest)
-        if kind == b"$":
-            size = int(rest)
-            return "" if size < 0 else reader.read(size + 2)[:size].decode(errors="replace")
-        raise RedisError(f"unexpected reply {line[:40]!r}")
+        if password is not None:
+            sock.sendall(_encode(("AUTH", password)))
+            _reply(reader)
+        sock.sendall(_encode(args))
+        return _reply(reader)
 
 
-def redis_pings(port: int) -> bool:
+def redis_pings(port: int, password: str | None = None) -> bool:
     """Whether the node answers PING with PONG (not LOADING or an error)."""
     try:
-        return redis_command(port, "PING") == "PONG"
+        return redis_command(port, "PING", password=password) == "PONG"
     except (OSError, RedisError):
         return False
 
