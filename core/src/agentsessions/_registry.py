@@ -94,7 +94,8 @@ class BackendSpec:
 
     ``manager`` is ``"package.module:ClassName"``, imported on first use; or the class
     itself when registered from code. ``distribution`` and ``version`` are filled in
-    from the installed distribution that declared the entry point.
+    from the installed distribution that declared the entry point: a plugin leaves
+    them unset (whatever it gave would be replaced).
     """
 
     schemes: tuple[str, ...]
