@@ -23,9 +23,7 @@ from agentsessions import (
     BackendTimeoutError,
     BackendUnavailableError,
     InvalidOptionError,
-    SessionConflictError,
     SessionExistsError,
-    SessionNotFoundError,
     SessionSummary,
     StorageFullError,
 )
@@ -41,6 +39,8 @@ from agentsessions.backend import (
     SessionRecord,
     decode_events,
     decode_record,
+    expiry_millis,
+    refused,
     scrub_secret,
     to_micros,
 )
@@ -286,7 +286,6 @@ class RedisSessionManager(SessionManager):
         created = to_micros(record.created_at)
         member = global_member(session_id, user_id)
         user_index = self.keys.user_index(user_id) if user_id is not None else ""
-        expires = record.expires_at
         args: list[Any] = [
             to_micros(now),
             secrets.token_hex(16),
@@ -294,8 +293,7 @@ class RedisSessionManager(SessionManager):
             user_id or "",
             record.state,
             created,
-            "" if expires is None else to_micros(expires),
-            "" if expires is None else _pexpireat(expires),
+            *_expiry_args(record.expires_at),
             member,
             user_index,
             record.version,
@@ -346,7 +344,6 @@ class RedisSessionManager(SessionManager):
     async def _save(self, request: SaveRequest, now: datetime) -> None:
         record = request.record
         keys = self.keys.session(record.session_id)
-        expires = record.expires_at
         args: list[Any] = [
             to_micros(now),
             request.expected_version,
@@ -355,23 +352,18 @@ class RedisSessionManager(SessionManager):
             record.state,
             record.version,
             to_micros(record.updated_at),
-            "" if expires is None else to_micros(expires),
-            "" if expires is None else _pexpireat(expires),
+            *_expiry_args(record.expires_at),
             record.event_count,
         ]
         args.extend(event.data for event in request.new_events)
         result = await self._write(
             self._link.save, [keys.hash, keys.events, keys.archive], args, lambda r: bool(r == 1)
         )
-        if result == 1:
-            return
-        if result == 0:
-            raise SessionNotFoundError(record.session_id)
-        raise SessionConflictError(record.session_id, request.expected_version)
+        if result != 1:
+            raise refused(request, live=result != 0)
 
     async def _compact(self, request: CompactRequest, now: datetime) -> None:
         keys = self.keys.session(request.session_id)
-        expires = request.expires_at
         args: list[Any] = [
             to_micros(now),
             request.expected_version,
@@ -379,8 +371,7 @@ class RedisSessionManager(SessionManager):
             request.replaced,
             request.version,
             to_micros(request.updated_at),
-            "" if expires is None else to_micros(expires),
-            "" if expires is None else _pexpireat(expires),
+            *_expiry_args(request.expires_at),
             request.event_count,
             "1" if request.archive else "",
         ]
@@ -388,11 +379,8 @@ class RedisSessionManager(SessionManager):
         result = await self._write(
             self._link.compact, [keys.hash, keys.events, keys.archive], args, lambda r: r == 1
         )
-        if result == 1:
-            return
-        if result == 0:
-            raise SessionNotFoundError(request.session_id)
-        raise SessionConflictError(request.session_id, request.expected_version)
+        if result != 1:
+            raise refused(request, live=result != 0)
 
     async def _archived(self, session_id: str, now: datetime) -> list[str]:
         keys = self.keys.session(session_id)
@@ -671,9 +659,9 @@ async def _close_link(link: _Link) -> None:
             await sentinel.aclose()
 
 
-def _pexpireat(expires: datetime) -> int:
-    # Round up: Redis must not drop a key before the session is due to expire.
-    return -(-to_micros(expires) // 1000)
+def _expiry_args(expires: datetime | None) -> tuple[int | str, int | str]:
+    """The scripts' expires_at (microseconds) and PEXPIREAT (milliseconds), or two ""."""
+    return ("", "") if expires is None else (to_micros(expires), expiry_millis(expires))
 
 
 def _scored(pairs: Any) -> list[tuple[bytes, int]]:
