@@ -36,9 +36,7 @@ from agentsessions import (
     BackendReadOnlyError,
     BackendTimeoutError,
     DatabaseNotFoundError,
-    SessionConflictError,
     SessionExistsError,
-    SessionNotFoundError,
     SessionSummary,
 )
 from agentsessions.backend import (
@@ -53,6 +51,7 @@ from agentsessions.backend import (
     SessionRecord,
     decode_events,
     encode_record,
+    refused,
 )
 
 from ._options import DRIVER_QUERY_PARAMS, PostgresOptions, check_url
@@ -363,14 +362,10 @@ class PostgresSessionManager(SessionManager):
 
     @_write
     async def _save(self, request: SaveRequest, now: datetime) -> None:
-        record = request.record
-        new_events = request.new_events
-        truncate = request.truncates
+        record, new_events, truncate = request.record, request.new_events, request.truncates
+        insert = bool(new_events)
         sql = save_statement(
-            self.options.schema,
-            truncate=truncate,
-            insert=bool(new_events),
-            upsert=truncate and bool(new_events),
+            self.options.schema, truncate=truncate, insert=insert, upsert=truncate and insert
         )
         args: list[Any] = [
             self._ns,
@@ -384,21 +379,8 @@ class PostgresSessionManager(SessionManager):
             request.token,
         ]
         if new_events:
-            args.append(request.keep)
-            args.append([event.data for event in new_events])
-        async with self._connection() as connection:
-            for _ in range(_SAVE_ATTEMPTS):
-                outcome = await connection.fetchval(sql, *args, timeout=self._remaining())
-                if outcome != request.expected_version:
-                    break
-                # Inconclusive (see save_statement): a fresh statement has a fresh snapshot.
-        if outcome == 0:
-            return
-        if outcome == -1:
-            raise SessionNotFoundError(record.session_id)
-        raise SessionConflictError(
-            record.session_id, request.expected_version, f"stored version is {outcome}"
-        )
+            args += [request.keep, [event.data for event in new_events]]
+        await self._checked_write(sql, args, request)
 
     @_write
     async def _compact(self, request: CompactRequest, now: datetime) -> None:
@@ -418,18 +400,20 @@ class PostgresSessionManager(SessionManager):
         ]
         if request.archive:
             args.append(request.replaced)
+        await self._checked_write(sql, args, request)
+
+    async def _checked_write(
+        self, sql: str, args: list[Any], request: SaveRequest | CompactRequest
+    ) -> None:
+        """Run a save or compaction statement; its outcome is `save_statement`'s."""
         async with self._connection() as connection:
             for _ in range(_SAVE_ATTEMPTS):
                 outcome = await connection.fetchval(sql, *args, timeout=self._remaining())
                 if outcome != request.expected_version:
                     break
-        if outcome == 0:
-            return
-        if outcome == -1:
-            raise SessionNotFoundError(request.session_id)
-        raise SessionConflictError(
-            request.session_id, request.expected_version, f"stored version is {outcome}"
-        )
+                # Inconclusive (see save_statement): a fresh statement has a fresh snapshot.
+        if outcome != 0:
+            raise refused(request, live=outcome != -1, stored_version=outcome)
 
     async def _archived(self, session_id: str, now: datetime) -> list[str]:
         rows = await self._read(self._sql.load_archive, self._ns, session_id, now)
