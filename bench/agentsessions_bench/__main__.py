@@ -14,10 +14,14 @@ from ._api import (
     RESULTS_DIR,
     profile_operation,
     publish,
+    publish_curves,
+    run_curves,
+    run_encryption,
     run_engines,
     run_instrumentation,
     run_url,
 )
+from ._encryption import render_encryption
 from ._overhead import render_instrumentation
 from ._report import render_markdown, write_results
 from ._runner import Config
@@ -32,6 +36,11 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rounds", type=int, help="rounds (default 3; --quick: 1)")
     parser.add_argument("--ops", type=int, help="timed turns per history size per round")
     parser.add_argument("--sizes", help="comma-separated history sizes (default 0,100,1000,5000)")
+    parser.add_argument(
+        "--by-turn-sizes",
+        help="comma-separated history sizes also built two events per write (default 1000; "
+        "'' for none)",
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> Config:
@@ -43,6 +52,10 @@ def config_from_args(args: argparse.Namespace) -> Config:
         changes["ops"] = args.ops
     if args.sizes:
         changes["sizes"] = tuple(int(part) for part in args.sizes.split(","))
+    if args.by_turn_sizes is not None:
+        changes["by_turn_sizes"] = tuple(
+            int(part) for part in args.by_turn_sizes.split(",") if part.strip()
+        )
     return dataclasses.replace(config, **changes)  # type: ignore[arg-type]
 
 
@@ -58,6 +71,9 @@ def _parser() -> argparse.ArgumentParser:
         help=f"comma-separated subset of {','.join(ENGINES)}",
     )
     parser.add_argument("--no-peers", action="store_true", help="skip the OpenAI / ADK stores")
+    parser.add_argument(
+        "--no-instrumentation", action="store_true", help="skip the instrumentation case"
+    )
     parser.add_argument("--url", help="measure only our store on this URL (and its floor)")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="results directory")
     parser.add_argument("--no-write", action="store_true", help="print only; write no files")
@@ -83,7 +99,20 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="run only the instrumentation case (off vs on); writes instrumentation.json",
     )
+    parser.add_argument(
+        "--encryption",
+        action="store_true",
+        help="run only the encryption case (SQLite, PostgreSQL, the SDK's EncryptedSession); "
+        "writes encryption.json",
+    )
     parser.add_argument("--count", type=int, default=200, help="operations to profile")
+    parser.add_argument(
+        "--curves",
+        action="store_true",
+        help="run only the cost curves (reduced sizes; --full: the full ones; --quick: "
+        "tiny sizes, a smoke run); writes curves.json and curves-*.png",
+    )
+    parser.add_argument("--full", action="store_true", help="with --curves: the full sizes")
     return parser
 
 
@@ -92,7 +121,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.profile:
         print(asyncio.run(profile_operation(args.profile, args.operation, args.size, args.count)))
         return 0
+    if args.curves:
+        return _curves(args)
     config = config_from_args(args)
+    if args.no_instrumentation:
+        config = dataclasses.replace(config, overhead_turns=0)
     if args.instrumentation:
         engines = tuple(part.strip() for part in args.engines.split(",") if part.strip())
         found = asyncio.run(run_instrumentation(engines, config))
@@ -102,6 +135,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.no_write:
             write_results(found, args.out, "instrumentation")
         return 0 if found["instrumentation"] else 1
+    if args.encryption:
+        found = asyncio.run(run_encryption(config, log=print))
+        print("\n".join(render_encryption(found["encryption"])))
+        for item in found["skipped"]:
+            print(f"not measured: {item['engine']}: {item['reason']}", file=sys.stderr)
+        if not args.no_write:
+            write_results(found, args.out, "encryption")
+        return 0 if found["encryption"] else 1
     if args.from_json:
         results = json.loads(args.from_json.read_text(encoding="utf-8"))
     elif args.url:
@@ -121,6 +162,37 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"written to {args.out}", file=sys.stderr)
     failed = [s["label"] for s in results["stores"] if s.get("error")]
     return 1 if failed else 0
+
+
+def _curves(args: argparse.Namespace) -> int:
+    from ._curves import CurveConfig
+
+    if args.full and args.quick:
+        print("--full and --quick exclude each other", file=sys.stderr)
+        return 2
+    config = (
+        CurveConfig.full_size()
+        if args.full
+        else CurveConfig.smoke()
+        if args.quick
+        else CurveConfig()
+    )
+    engines = tuple(part.strip() for part in args.engines.split(",") if part.strip())
+    unknown = set(engines) - set(ENGINES)
+    if unknown:
+        print(f"unknown engine(s): {', '.join(sorted(unknown))}", file=sys.stderr)
+        return 2
+    found = asyncio.run(run_curves(engines, config))
+    if args.no_write:
+        from ._curves import render_curves
+
+        print(render_curves(found))
+    else:
+        print(publish_curves(found, args.out))
+        print(f"written to {args.out}", file=sys.stderr)
+    for item in found["skipped"]:
+        print(f"not measured: {item['engine']}: {item['reason']}", file=sys.stderr)
+    return 1 if found["errors"] else 0
 
 
 if __name__ == "__main__":

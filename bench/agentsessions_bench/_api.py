@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from ._encryption import measure_encryption
 from ._machine import describe_machine, server_versions
 from ._ours import OurStore
 from ._overhead import measure_instrumentation
@@ -18,8 +21,11 @@ from ._suite import ENGINES, plan_for_url, plan_suite
 
 __all__ = [
     "RESULTS_DIR",
+    "publish_curves",
+    "run_curves",
     "profile_operation",
     "publish",
+    "run_encryption",
     "run_engines",
     "run_instrumentation",
     "run_url",
@@ -85,6 +91,25 @@ async def run_instrumentation(
             "machine": describe_machine(),
             "config": dataclasses.asdict(config),
             "instrumentation": rows,
+            "skipped": plan.skipped,
+        }
+
+
+async def run_encryption(config: Config | None = None, log: Log | None = None) -> dict[str, Any]:
+    """Only the encryption case: SQLite and PostgreSQL, ours and the SDK's, off and on."""
+    config = config or Config()
+    async with plan_suite(("sqlite", "postgres"), peers=False) as plan:
+        versions = await server_versions(plan.servers)
+        workdir = Path(tempfile.mkdtemp(prefix="agentsessions-bench-enc-"))
+        try:
+            rows = await measure_encryption(plan.urls, config, workdir, log)
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+        return {
+            "machine": describe_machine(),
+            "server_versions": versions,
+            "config": dataclasses.asdict(config),
+            "encryption": rows,
             "skipped": plan.skipped,
         }
 
@@ -185,3 +210,46 @@ async def profile_operation(url: str, operation: str, size: int, count: int) -> 
         return header + text
     finally:
         await store.close()
+
+
+async def run_curves(
+    engines: tuple[str, ...] = ENGINES, config: Any = None, log: Log | None = None
+) -> dict[str, Any]:
+    """The cost curves (see `_curves`) on every available engine of *engines*."""
+    from ._curves import CurveConfig, measure_curves
+
+    config = config or CurveConfig()
+    async with plan_suite(engines, peers=False) as plan:
+        found = await measure_curves(plan.urls, config, log)
+        found["machine"] = describe_machine()
+        found["skipped"] = plan.skipped
+        return found
+
+
+_CURVES_START, _CURVES_END = "<!-- curves:start -->", "<!-- curves:end -->"
+
+
+def publish_curves(found: dict[str, Any], directory: Path = RESULTS_DIR) -> str:
+    """Write curves.json and the curve plots; refresh docs/benchmarks.md's curves section
+    when writing into the default directory. Returns the Markdown."""
+    from ._curves import render_curves, write_curve_plots
+
+    directory.mkdir(parents=True, exist_ok=True)
+    write_results(found, directory, "curves")
+    plots = write_curve_plots(found, directory)
+    markdown = render_curves(found, {name: path.name for name, path in plots.items()})
+    if directory.resolve() == RESULTS_DIR and DOCS_PAGE.is_file():
+        page = DOCS_PAGE.read_text(encoding="utf-8")
+        if _CURVES_START in page and _CURVES_END in page:
+            relative = {name: f"../bench/results/{p.name}" for name, p in plots.items()}
+            head, _, rest = page.partition(_CURVES_START)
+            _, _, tail = rest.partition(_CURVES_END)
+            machine = found["machine"]
+            body = (
+                f"Measured {machine['date']} on {machine['cpu']}, {machine['cores']} cores.\n\n"
+                + render_curves(found, relative)
+            )
+            DOCS_PAGE.write_text(
+                f"{head}{_CURVES_START}\n{body}{_CURVES_END}{tail}", encoding="utf-8"
+            )
+    return markdown

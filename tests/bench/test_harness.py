@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import agentsessions_bench as bench
 import pytest
@@ -183,3 +184,68 @@ async def test_adapters_run_the_peers_turn_and_are_compared_with_their_own_frame
     )
     assert "| agentsessions OpenAI adapter | **ours**, adapter |" in markdown
     assert "Histories built one turn at a time" in markdown
+
+
+def test_curve_shapes_are_judged_against_the_design() -> None:
+    from agentsessions_bench._curves import verdicts
+
+    history = [
+        {
+            "size": n,
+            "turn_full_ms": 0.5 + n * 0.01,  # linear once the fixed cost is amortised
+            "turn_last_ms": 0.5,
+            "append_ms": 0.3 + n * 8e-6,  # 10 -> 10,000: +27%, within the 1.3x goal
+            "memory_full_kib": 2.0 * n,
+            "memory_last_kib": 40.0,
+        }
+        for n in (10, 100, 1_000, 10_000)
+    ]
+    found = {
+        "engines": {
+            "x": {
+                "history": history,
+                "pages": [{"depth": d, "ms": 1.0 + d / 100} for d in (1, 10, 100)],
+                "delete_user": [{"sessions": n, "ms": n**1.6} for n in (10, 100)],
+                "purge": [{"sessions": n, "ms": 3.0 * n} for n in (10, 100)],
+            }
+        },
+        "store": [
+            {
+                "engine": "x",
+                "sessions": 2,
+                "events": 8,
+                "turn_empty_ms": 1.0,
+                "turn_full_store_ms": 3.0,
+            }
+        ],
+    }
+    judged = {(r["curve"], r["metric"]): r["verdict"] for r in verdicts(found)}
+    assert judged == {
+        ("history", "turn_full_ms"): "linear",
+        ("history", "memory_full_kib"): "linear",
+        ("history", "turn_last_ms"): "flat",
+        ("history", "append_ms"): "flat",
+        ("history", "memory_last_kib"): "flat",
+        ("pages", "ms"): "grows slightly",
+        ("delete_user", "ms"): "worse than linear",
+        ("purge", "ms"): "linear",
+        ("store", "turn at 4 events, full store / empty store"): "NOT flat",
+    }
+
+
+async def test_the_encryption_case_times_every_arm_and_renders(tmp_path: Path) -> None:
+    from agentsessions_bench._encryption import measure_encryption, render_encryption
+
+    config = dataclasses.replace(TINY, overhead_rounds=1, overhead_turns=3, ops=2)
+    urls = {"sqlite": f"sqlite:///{tmp_path / 'unused.db'}"}
+    rows = await measure_encryption(urls, config, tmp_path / "work", histories=(4, 9))
+    arms = {(row["case"], row["arm"]) for row in rows}
+    assert arms == {
+        (case, arm)
+        for case in ("turn", "read")
+        for arm in ("plain", "encrypted", "sdk", "sdk_encrypted")
+    }
+    assert all(row["wall_ms"] > 0 and row["cpu_us"] >= 0 for row in rows)
+    lines = render_encryption(rows)
+    assert any("| agentsessions, encryption on |" in line for line in lines)
+    assert any("full read of 9 events | OpenAI EncryptedSession" in line for line in lines)
