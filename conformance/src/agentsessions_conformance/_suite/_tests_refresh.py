@@ -9,8 +9,6 @@ retries to seeing exactly what is stored, whatever happened meanwhile.
 
 from __future__ import annotations
 
-import json
-
 from agentsessions import Event, Session, SessionManager
 from agentsessions.backend import LoadedSession
 
@@ -47,7 +45,8 @@ class RefreshTests(SuiteBase):
     ) -> None:
         """``_load_since(id, n, lineage)`` returns the current record and either exactly
         the events at positions >= n (when the stored lineage is *lineage*) or every
-        event; an unchanged session gives no event after the copy; an absent id None."""
+        event; an unchanged session gives no event after the copy; an absent id None.
+        (Events are compared by id, which encryption leaves in clear.)"""
         session_id = self.new_id()
         session = await manager.create(session_id)
         for index in range(3):
@@ -58,21 +57,21 @@ class RefreshTests(SuiteBase):
             session.add_event("assistant", index)
         session.state["turn"] = 2
         await manager.save(session)
+        ids = [event.id for event in session.events]
 
         loaded = await _since(manager, session_id, 3, lineage or _FOREIGN_LINEAGE)
         record = loaded.record
         assert (record.version, record.event_count) == (3, 5)
-        assert json.loads(record.state) == {"turn": 2}
         assert record.lineage == lineage, "an append changed the stored lineage"
-        contents = [event.content for event in loaded.events]
-        allowed = [[3, 4], [0, 1, 2, 3, 4]] if lineage else [[0, 1, 2, 3, 4]]
-        assert contents in allowed, (
-            f"_load_since(n=3) returned {contents}: neither the events after position 3 "
-            "nor the whole history"
+        found = [event.id for event in loaded.events]
+        allowed = [ids[3:], ids] if lineage else [ids]
+        assert found in allowed, (
+            f"_load_since(n=3) returned {len(found)} events that are neither the events "
+            "after position 3 nor the whole history"
         )
         if lineage:
             same = await _since(manager, session_id, 5, lineage)
-            assert [event.content for event in same.events] in ([], [0, 1, 2, 3, 4])
+            assert [event.id for event in same.events] in ([], ids)
         assert (
             await manager._load_since(self.new_id(), 0, _FOREIGN_LINEAGE, manager.clock.now())
             is None
@@ -90,14 +89,14 @@ class RefreshTests(SuiteBase):
             session.add_event("user", index)
         await manager.save(session)
         lineage = await _lineage(manager, session_id)
-        session.events[0] = session.events[0].model_copy(update={"content": "edited"})
+        session.events[0] = Event(author="user", content="edited")
         for index in range(3, 5):
             session.add_event("assistant", index)
         await manager.save(session)
 
         loaded = await _since(manager, session_id, 3, lineage or _FOREIGN_LINEAGE)
         assert loaded.record.event_count == 5
-        assert [event.content for event in loaded.events] == ["edited", 1, 2, 3, 4], (
+        assert [event.id for event in loaded.events] == [event.id for event in session.events], (
             "_load_since() extended a copy whose history was rewritten since"
         )
         assert not lineage or loaded.record.lineage != lineage, (
