@@ -18,10 +18,12 @@ from ._api import (
     publish_curves,
     run_compaction,
     run_curves,
+    run_encryption,
     run_engines,
     run_instrumentation,
     run_url,
 )
+from ._encryption import render_encryption
 from ._overhead import render_instrumentation
 from ._report import render_markdown, write_results
 from ._runner import Config
@@ -99,6 +101,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="run only the instrumentation case (off vs on); writes instrumentation.json",
     )
+    parser.add_argument(
+        "--encryption",
+        action="store_true",
+        help="run only the encryption case (SQLite, PostgreSQL, the SDK's EncryptedSession); "
+        "writes encryption.json",
+    )
     parser.add_argument("--count", type=int, default=200, help="operations to profile")
     parser.add_argument(
         "--curves",
@@ -137,6 +145,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.no_write:
             write_results(found, args.out, "instrumentation")
         return 0 if found["instrumentation"] else 1
+    if args.encryption:
+        found = asyncio.run(run_encryption(config, log=print))
+        print("\n".join(render_encryption(found["encryption"])))
+        for item in found["skipped"]:
+            print(f"not measured: {item['engine']}: {item['reason']}", file=sys.stderr)
+        if not args.no_write:
+            write_results(found, args.out, "encryption")
+        return 0 if found["encryption"] else 1
     if args.from_json:
         results = json.loads(args.from_json.read_text(encoding="utf-8"))
     elif args.url:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from ._encryption import measure_encryption
 from ._machine import describe_machine, server_versions
 from ._ours import OurStore
 from ._overhead import measure_instrumentation
@@ -22,6 +25,7 @@ __all__ = [
     "run_curves",
     "profile_operation",
     "publish",
+    "run_encryption",
     "run_engines",
     "run_instrumentation",
     "run_url",
@@ -87,6 +91,25 @@ async def run_instrumentation(
             "machine": describe_machine(),
             "config": dataclasses.asdict(config),
             "instrumentation": rows,
+            "skipped": plan.skipped,
+        }
+
+
+async def run_encryption(config: Config | None = None, log: Log | None = None) -> dict[str, Any]:
+    """Only the encryption case: SQLite and PostgreSQL, ours and the SDK's, off and on."""
+    config = config or Config()
+    async with plan_suite(("sqlite", "postgres"), peers=False) as plan:
+        versions = await server_versions(plan.servers)
+        workdir = Path(tempfile.mkdtemp(prefix="agentsessions-bench-enc-"))
+        try:
+            rows = await measure_encryption(plan.urls, config, workdir, log)
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+        return {
+            "machine": describe_machine(),
+            "server_versions": versions,
+            "config": dataclasses.asdict(config),
+            "encryption": rows,
             "skipped": plan.skipped,
         }
 
