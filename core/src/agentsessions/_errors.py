@@ -12,6 +12,7 @@ wrong before any I/O happens also derives from `ValueError`, so
     ├── SessionSerializationError    a value in state or events that is not JSON (also ValueError)
     │   └── SessionTooLargeError     an encoded event or state past the backend's size limit
     ├── PartialSessionError          an edit a session loaded with last_events cannot express
+    ├── SessionDecryptionError       a stored ciphertext that fails to decrypt (altered, moved)
     ├── InvalidInputError            bad input, rejected before any I/O (also ValueError)
     │   ├── InvalidSessionIdError    empty, blank, too long or not a string
     │   └── InvalidOptionError       an unknown connect() option or a bad value for one
@@ -45,6 +46,7 @@ __all__ = [
     "ManagerClosedError",
     "PartialSessionError",
     "SessionConflictError",
+    "SessionDecryptionError",
     "SessionError",
     "SessionExistsError",
     "SessionNotFoundError",
@@ -116,6 +118,24 @@ class SessionSerializationError(SessionError, ValueError):
 
 class PartialSessionError(SessionError):
     """A session loaded with ``last_events`` was edited in a way it cannot save."""
+
+
+class SessionDecryptionError(SessionError):
+    """Stored data of a session cannot be decrypted, so nothing of it is returned.
+
+    ``session_id`` names the session and ``part`` what failed (``"state"`` or
+    ``"event 3 (id 'e1')"``); ``key_id`` is the key id the ciphertext names, if any.
+    The causes: the ciphertext was altered, or copied from another session, position or
+    namespace; it names a key the keyring does not hold; it is not encrypted at all
+    (written before encryption was turned on) and the keyring does not accept
+    plaintext; or a manager without encryption read an encrypted session.
+    """
+
+    def __init__(self, session_id: str, part: str, problem: str, key_id: str | None = None) -> None:
+        super().__init__(f"session {session_id!r}, {part}: {problem}")
+        self.session_id = session_id
+        self.part = part
+        self.key_id = key_id
 
 
 class InvalidInputError(SessionError, ValueError):

@@ -19,6 +19,7 @@ from typing import Any, ClassVar, TypeVar
 
 from agentsessions import (
     BackendAuthenticationError,
+    BackendReadOnlyError,
     BackendTimeoutError,
     BackendUnavailableError,
     InvalidOptionError,
@@ -62,6 +63,10 @@ T = TypeVar("T")
 E = TypeVar("E")
 
 
+def _demoted(exc: BaseException) -> bool:
+    return str(exc) == "The previous master is now a slave"  # redis.asyncio.sentinel's
+
+
 def _sentinels_refused(exc: BaseException) -> bool:
     text = str(exc)
     return "AuthenticationError" in text and not any(
@@ -80,6 +85,10 @@ _DRIVER_ERRORS = (
         (redis_errors.AuthenticationError, redis_errors.AuthenticationWrongNumberOfArgsError),
         BackendAuthenticationError,
     ),
+    # A replica refuses a script's first write: nothing written. Through Sentinel,
+    # redis-py turns that READONLY into a ConnectionError and asks the Sentinels again.
+    ErrorRule((redis_errors.ReadOnlyError,), BackendReadOnlyError),
+    ErrorRule((redis_errors.ConnectionError,), BackendReadOnlyError, when=_demoted),
     # Every Sentinel refused its password (each one's error is in the message).
     ErrorRule((MasterNotFoundError,), BackendAuthenticationError, when=_sentinels_refused),
     ErrorRule(
@@ -87,7 +96,6 @@ _DRIVER_ERRORS = (
             redis_errors.ConnectionError,  # also AuthenticationError, BusyLoadingError, pool
             redis_errors.ClusterError,  # ClusterDownError, MasterDownError
             redis_errors.TryAgainError,
-            redis_errors.ReadOnlyError,  # a failover left us talking to a replica
             redis_errors.RedisClusterException,  # no reachable startup node, slot not covered
             OSError,
         )
