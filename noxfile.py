@@ -62,7 +62,7 @@ TESTSERVERS = "tools/testservers"
 # checked and tested against them. The bench package brings the `bench` verb and its
 # smoke test.
 MEMBERS = (
-    "core[cli,openai-agents,adk,otel]",
+    "core[cli,openai-agents,adk,otel,encryption]",
     "cli",
     "conformance",
     *(f"backends/{name}" for name in BACKENDS[1:]),
@@ -119,8 +119,12 @@ def tests(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 @nox.parametrize("backend", BACKENDS)
 def conformance(session: nox.Session, backend: str) -> None:
-    """The conformance kit and the backend's own tests, with only that backend installed."""
-    members = ["core", "conformance", TESTSERVERS]
+    """The conformance kit and the backend's own tests, with only that backend installed.
+
+    The kit runs twice on each backend, the second time with encryption on (core's
+    ``encryption`` extra), and the backend's own tests check its storage holds no plaintext.
+    """
+    members = ["core[encryption]", "conformance", TESTSERVERS]
     if backend != "memory":
         members.append(f"backends/{backend}")
     session.install(*TEST_DEPS, *_editable(*members))
@@ -345,8 +349,8 @@ def lowest(session: nox.Session) -> None:
     """
     lowest = ("--resolution", "lowest-direct")
     deps = (*TEST_DEPS, *OTEL_TEST_DEPS, "redis>=5.3")
-    # The cli and otel extras are light and their tests are among those run here.
-    members = [("core[cli,otel]" if m.startswith("core[") else m) for m in MEMBERS]
+    # The cli, otel and encryption extras are light and their tests are among those run here.
+    members = [("core[cli,otel,encryption]" if m.startswith("core[") else m) for m in MEMBERS]
     session.install(*lowest, *deps, *_editable(*members))
     session.run("uv", "pip", "list", external=True)
     quick = ["-m", "not slow", "-k", "not ten_thousand"]

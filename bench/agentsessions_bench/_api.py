@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from ._encryption import measure_encryption
 from ._machine import describe_machine, server_versions
 from ._ours import OurStore
 from ._overhead import measure_instrumentation
@@ -22,6 +25,7 @@ __all__ = [
     "run_curves",
     "profile_operation",
     "publish",
+    "run_encryption",
     "run_engines",
     "run_instrumentation",
     "run_url",
@@ -87,6 +91,25 @@ async def run_instrumentation(
             "machine": describe_machine(),
             "config": dataclasses.asdict(config),
             "instrumentation": rows,
+            "skipped": plan.skipped,
+        }
+
+
+async def run_encryption(config: Config | None = None, log: Log | None = None) -> dict[str, Any]:
+    """Only the encryption case: SQLite and PostgreSQL, ours and the SDK's, off and on."""
+    config = config or Config()
+    async with plan_suite(("sqlite", "postgres"), peers=False) as plan:
+        versions = await server_versions(plan.servers)
+        workdir = Path(tempfile.mkdtemp(prefix="agentsessions-bench-enc-"))
+        try:
+            rows = await measure_encryption(plan.urls, config, workdir, log)
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+        return {
+            "machine": describe_machine(),
+            "server_versions": versions,
+            "config": dataclasses.asdict(config),
+            "encryption": rows,
             "skipped": plan.skipped,
         }
 
@@ -228,5 +251,46 @@ def publish_curves(found: dict[str, Any], directory: Path = RESULTS_DIR) -> str:
             )
             DOCS_PAGE.write_text(
                 f"{head}{_CURVES_START}\n{body}{_CURVES_END}{tail}", encoding="utf-8"
+            )
+    return markdown
+
+
+async def run_compaction(
+    engines: tuple[str, ...] = ENGINES, config: Any = None, log: Log | None = None
+) -> dict[str, Any]:
+    """The compaction figures (see `_compaction`) on every available engine of *engines*."""
+    from ._compaction import CompactionConfig, measure_compaction
+
+    config = config or CompactionConfig()
+    async with plan_suite(engines, peers=False) as plan:
+        found = await measure_compaction(plan.urls, config, log)
+        found["machine"] = describe_machine()
+        found["skipped"] = plan.skipped
+        return found
+
+
+_COMPACTION_START, _COMPACTION_END = "<!-- compaction:start -->", "<!-- compaction:end -->"
+
+
+def publish_compaction(found: dict[str, Any], directory: Path = RESULTS_DIR) -> str:
+    """Write compaction.json; refresh docs/benchmarks.md's compaction section when
+    writing into the default directory. Returns the Markdown."""
+    from ._compaction import render_compaction
+
+    directory.mkdir(parents=True, exist_ok=True)
+    write_results(found, directory, "compaction")
+    markdown = render_compaction(found)
+    if directory.resolve() == RESULTS_DIR and DOCS_PAGE.is_file():
+        page = DOCS_PAGE.read_text(encoding="utf-8")
+        if _COMPACTION_START in page and _COMPACTION_END in page:
+            head, _, rest = page.partition(_COMPACTION_START)
+            _, _, tail = rest.partition(_COMPACTION_END)
+            machine = found["machine"]
+            body = (
+                f"Measured {machine['date']} on {machine['cpu']}, {machine['cores']} cores.\n\n"
+                + markdown
+            )
+            DOCS_PAGE.write_text(
+                f"{head}{_COMPACTION_START}\n{body}{_COMPACTION_END}{tail}", encoding="utf-8"
             )
     return markdown

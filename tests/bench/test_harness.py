@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import agentsessions_bench as bench
 import pytest
@@ -230,3 +231,21 @@ def test_curve_shapes_are_judged_against_the_design() -> None:
         ("purge", "ms"): "linear",
         ("store", "turn at 4 events, full store / empty store"): "NOT flat",
     }
+
+
+async def test_the_encryption_case_times_every_arm_and_renders(tmp_path: Path) -> None:
+    from agentsessions_bench._encryption import measure_encryption, render_encryption
+
+    config = dataclasses.replace(TINY, overhead_rounds=1, overhead_turns=3, ops=2)
+    urls = {"sqlite": f"sqlite:///{tmp_path / 'unused.db'}"}
+    rows = await measure_encryption(urls, config, tmp_path / "work", histories=(4, 9))
+    arms = {(row["case"], row["arm"]) for row in rows}
+    assert arms == {
+        (case, arm)
+        for case in ("turn", "read")
+        for arm in ("plain", "encrypted", "sdk", "sdk_encrypted")
+    }
+    assert all(row["wall_ms"] > 0 and row["cpu_us"] >= 0 for row in rows)
+    lines = render_encryption(rows)
+    assert any("| agentsessions, encryption on |" in line for line in lines)
+    assert any("full read of 9 events | OpenAI EncryptedSession" in line for line in lines)

@@ -21,6 +21,7 @@ CLI_VERBS = {
     "import",
     "ls",
     "purge-expired",
+    "rekey",
     "rm",
     "show",
 }

@@ -61,6 +61,7 @@ CLI_VERBS = [
     "import",
     "ls",
     "purge-expired",
+    "rekey",
     "rm",
     "show",
 ]

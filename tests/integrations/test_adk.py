@@ -21,11 +21,14 @@ if os.environ.get("AGENTSESSIONS_REQUIRE_SERVERS") != "1":  # CI: a missing extr
 from agentsessions import SessionManager, SessionSerializationError
 from agentsessions.integrations.adk import AgentSessionsSessionService
 from google.adk.agents import LlmAgent
+from google.adk.apps import App
+from google.adk.apps.app import EventsCompactionConfig
+from google.adk.apps.base_events_summarizer import BaseEventsSummarizer
 from google.adk.errors import StaleSessionError
 from google.adk.errors.already_exists_error import AlreadyExistsError
 from google.adk.errors.session_not_found_error import SessionNotFoundError
 from google.adk.events.event import Event
-from google.adk.events.event_actions import EventActions
+from google.adk.events.event_actions import EventActions, EventCompaction
 from google.adk.models.base_llm import BaseLlm
 from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
@@ -607,3 +610,60 @@ async def test_session_ids_are_handled_as_in_adk(manager: SessionManager) -> Non
         "empty is generated": True,
         "after delete": None,
     }
+
+
+# -- ADK's own compaction ---------------------------------------------------------------
+
+
+class CountingSummarizer(BaseEventsSummarizer):
+    """Summarises without a model: the summary names how many events it covers."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[Event]] = []
+
+    async def maybe_summarize_events(self, *, events: list[Event]) -> Event | None:
+        self.calls.append(list(events))
+        return Event(
+            author="user",
+            invocation_id=Event.new_id(),
+            actions=EventActions(
+                compaction=EventCompaction(
+                    start_timestamp=events[0].timestamp,
+                    end_timestamp=events[-1].timestamp,
+                    compacted_content=types.Content(
+                        role="model", parts=[types.Part(text=f"{len(events)} events summarised")]
+                    ),
+                )
+            ),
+        )
+
+
+@pytest.mark.filterwarnings("ignore:.*EXPERIMENTAL.*:UserWarning")
+async def test_compaction_events_are_stored_and_read_back(manager: SessionManager) -> None:
+    service = AgentSessionsSessionService(manager)
+    summarizer = CountingSummarizer()
+    app = App(
+        name="compacting",
+        root_agent=LlmAgent(
+            name="agent", model=ScriptedLlm(model="scripted", replies=[f"r{i}" for i in range(6)])
+        ),
+        events_compaction_config=EventsCompactionConfig(
+            summarizer=summarizer, compaction_interval=2, overlap_size=1
+        ),
+    )
+    runner = Runner(app=app, session_service=service)
+    await service.create_session(app_name="compacting", user_id="u", session_id="s")
+    for turn in range(6):
+        await run_turn(runner, "u", "s", f"turn {turn}")
+    assert summarizer.calls, "ADK never compacted"
+    stored = await service.get_session(app_name="compacting", user_id="u", session_id="s")
+    assert stored is not None
+    compactions = [e for e in stored.events if e.actions and e.actions.compaction]
+    assert len(compactions) == len(summarizer.calls)
+    texts = [e.actions.compaction.compacted_content.parts[0].text for e in compactions]  # type: ignore[union-attr]
+    assert texts == [f"{len(call)} events summarised" for call in summarizer.calls]
+    # A fresh service on the same store reads them back exactly, as ADK's own would.
+    again = await AgentSessionsSessionService(manager.with_options()).get_session(
+        app_name="compacting", user_id="u", session_id="s"
+    )
+    assert again is not None and again.events == stored.events

@@ -53,6 +53,15 @@ def _port_open(port: int) -> bool:
         return False
 
 
+def _dead(pid: int) -> bool:
+    """Gone, or a zombie that its new parent has not reaped yet."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
 def _restart(server: ManagedServer) -> None:
     url = server.url
     server.stop()
@@ -137,6 +146,80 @@ def test_postgres_roundtrip_and_restart(owned: list[ManagedServer]) -> None:
     asyncio.run(write_read())
     _restart(server)
     asyncio.run(read_after_restart())
+
+
+@pytest.mark.postgres
+def test_postgres_pair_streams_and_fails_over(owned: list[ManagedServer]) -> None:
+    asyncpg = pytest.importorskip("asyncpg")
+    pair = _start(servers.start_postgres_pair)
+    owned.append(pair)
+    primary, standby = pair.primary.port, pair.standby.port
+    assert pair.url == (
+        f"postgresql://postgres@127.0.0.1:{primary},127.0.0.1:{standby}/postgres"
+        "?target_session_attrs=read-write"
+    )
+    assert len(pair.pids) == 2
+
+    async def write(url: str, value: int) -> None:
+        conn = await asyncpg.connect(url)
+        try:
+            await conn.execute("CREATE TABLE IF NOT EXISTS t (v int)")
+            await conn.execute("INSERT INTO t VALUES ($1)", value)
+        finally:
+            await conn.close()
+
+    async def on_standby() -> tuple[bool, list[int]]:
+        conn = await asyncpg.connect(pair.standby_url)
+        try:
+            with pytest.raises(asyncpg.ReadOnlySQLTransactionError):
+                await conn.execute("INSERT INTO t VALUES (0)")
+            rows = await conn.fetch("SELECT v FROM t ORDER BY v")
+            return await conn.fetchval("SELECT pg_is_in_recovery()"), [r[0] for r in rows]
+        finally:
+            await conn.close()
+
+    asyncio.run(write(pair.url, 1))
+    pair.wait_replayed()
+    assert asyncio.run(on_standby()) == (True, [1])
+
+    backends = servers._postgres._children_of(pair.primary.pid or 0)
+    assert backends  # the postmaster's children, killed with it
+    pair.kill_primary()
+    assert not pair.primary.is_running() and not _port_open(primary or 0)
+    assert all(_dead(pid) for pid in backends)
+    pair.promote()
+    asyncio.run(write(pair.url, 2))  # the multi-host URL finds the promoted standby
+
+    async def read_promoted() -> list[int]:
+        conn = await asyncpg.connect(pair.standby_url)
+        try:
+            assert await conn.fetchval("SELECT pg_is_in_recovery()") is False
+            return [r[0] for r in await conn.fetch("SELECT v FROM t ORDER BY v")]
+        finally:
+            await conn.close()
+
+    assert asyncio.run(read_promoted()) == [1, 2]
+    workdir = pair.workdir
+    pair.close()
+    assert not workdir.exists() and pair.pids == []
+
+
+@pytest.mark.postgres
+def test_postgres_pair_synchronous_standby(owned: list[ManagedServer]) -> None:
+    asyncpg = pytest.importorskip("asyncpg")
+    pair = _start(lambda: servers.start_postgres_pair(synchronous=True))
+    owned.append(pair)
+
+    async def settings() -> tuple[str, str]:
+        conn = await asyncpg.connect(pair.primary_url)
+        try:
+            names = await conn.fetchval("SHOW synchronous_standby_names")
+            state = await conn.fetchval("SELECT sync_state FROM pg_stat_replication")
+            return names, state
+        finally:
+            await conn.close()
+
+    assert asyncio.run(settings()) == ("*", "sync")
 
 
 @pytest.mark.redis

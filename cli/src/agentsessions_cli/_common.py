@@ -6,8 +6,9 @@ import asyncio
 import os
 import sys
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
+import agentsessions
 from agentsessions import (
     BackendAuthenticationError,
     BackendConflictError,
@@ -16,10 +17,14 @@ from agentsessions import (
     DatabaseNotFoundError,
     InvalidInputError,
     SessionError,
+    SessionManager,
     SessionNotFoundError,
     UnknownBackendError,
 )
 from rich.console import Console
+
+if TYPE_CHECKING:
+    from agentsessions.encryption import Keyring
 
 __all__ = [
     "EXIT_AUTHENTICATION",
@@ -31,11 +36,16 @@ __all__ = [
     "EXIT_UNAVAILABLE",
     "EXIT_USAGE",
     "CommandError",
+    "connect",
     "console",
     "err_console",
     "fail",
+    "keyring_from_env",
     "run",
 ]
+
+#: Set, every verb reads and writes through a keyring of these keys (docs/encryption.md).
+KEYS_VARIABLE = "AGENTSESSIONS_ENCRYPTION_KEYS"
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # the command ran and found a problem: not found, mismatch, conflict
@@ -68,6 +78,35 @@ class CommandError(Exception):
     def __init__(self, message: str, code: int = EXIT_FAILED) -> None:
         super().__init__(message)
         self.code = code
+
+
+def keyring_from_env(*, required: bool = False, accept_plaintext: bool = False) -> Keyring | None:
+    """The keyring of `KEYS_VARIABLE`, or None when it is unset (and not *required*)."""
+    if not os.environ.get(KEYS_VARIABLE, "").strip():
+        if required:
+            raise CommandError(
+                f"{KEYS_VARIABLE} is not set: it holds the encryption keys as "
+                '"keyid:BASE64KEY,..." (the first one encrypts); see docs/encryption.md',
+                EXIT_USAGE,
+            )
+        return None
+    try:
+        from agentsessions.encryption import Keyring
+    except ImportError:
+        raise CommandError(
+            f"{KEYS_VARIABLE} is set, and encryption needs the encryption extra: "
+            "pip install 'agentsessions[encryption]'",
+            EXIT_USAGE,
+        ) from None
+    return Keyring.from_env(KEYS_VARIABLE, accept_plaintext=accept_plaintext)
+
+
+def connect(url: str, *, keyring: Keyring | None = None) -> SessionManager:
+    """`agentsessions.connect`, encrypting with *keyring* or the keys of `KEYS_VARIABLE`."""
+    keyring = keyring if keyring is not None else keyring_from_env()
+    if keyring is None:
+        return agentsessions.connect(url)
+    return agentsessions.connect(url, encryption=keyring)
 
 
 def fail(message: str, code: int) -> int:

@@ -25,6 +25,7 @@ ENTRY_POINT_GROUP = "agentsessions.cli"
 _VERB_MODULES = (
     "agentsessions_cli._chat",
     "agentsessions_cli._ops",
+    "agentsessions_cli._rekey",
 )
 
 

@@ -24,7 +24,6 @@ from agentsessions import (
     SessionManager,
     SessionSerializationError,
     SessionSummary,
-    connect,
     installed_backends,
 )
 
@@ -52,6 +51,7 @@ from ._common import (
     EXIT_OK,
     EXIT_USAGE,
     CommandError,
+    connect,
     console,
     err_console,
     run,

@@ -12,6 +12,7 @@ wrong before any I/O happens also derives from `ValueError`, so
     ├── SessionSerializationError    a value in state or events that is not JSON (also ValueError)
     │   └── SessionTooLargeError     an encoded event or state past the backend's size limit
     ├── PartialSessionError          an edit a session loaded with last_events cannot express
+    ├── SessionDecryptionError       a stored ciphertext that fails to decrypt (altered, moved)
     ├── InvalidInputError            bad input, rejected before any I/O (also ValueError)
     │   ├── InvalidSessionIdError    empty, blank, too long or not a string
     │   └── InvalidOptionError       an unknown connect() option or a bad value for one
@@ -22,7 +23,8 @@ wrong before any I/O happens also derives from `ValueError`, so
     │   ├── BackendAuthenticationError  the server refused the credentials
     │   ├── DatabaseNotFoundError    the database the URL names does not exist
     │   ├── BackendTimeoutError      the call did not finish within its deadline (``timeout``)
-    │   └── StorageFullError         the server refuses writes because it is out of space
+    │   ├── StorageFullError         the server refuses writes because it is out of space
+    │   └── BackendReadOnlyError     the server is a standby or replica: it refuses writes
     └── ManagerClosedError           a call on a manager after close()
 """
 
@@ -35,6 +37,7 @@ __all__ = [
     "DatabaseNotFoundError",
     "BackendConflictError",
     "BackendPluginError",
+    "BackendReadOnlyError",
     "BackendTimeoutError",
     "BackendUnavailableError",
     "InvalidInputError",
@@ -43,6 +46,7 @@ __all__ = [
     "ManagerClosedError",
     "PartialSessionError",
     "SessionConflictError",
+    "SessionDecryptionError",
     "SessionError",
     "SessionExistsError",
     "SessionNotFoundError",
@@ -114,6 +118,24 @@ class SessionSerializationError(SessionError, ValueError):
 
 class PartialSessionError(SessionError):
     """A session loaded with ``last_events`` was edited in a way it cannot save."""
+
+
+class SessionDecryptionError(SessionError):
+    """Stored data of a session cannot be decrypted, so nothing of it is returned.
+
+    ``session_id`` names the session and ``part`` what failed (``"state"`` or
+    ``"event 3 (id 'e1')"``); ``key_id`` is the key id the ciphertext names, if any.
+    The causes: the ciphertext was altered, or copied from another session, position or
+    namespace; it names a key the keyring does not hold; it is not encrypted at all
+    (written before encryption was turned on) and the keyring does not accept
+    plaintext; or a manager without encryption read an encrypted session.
+    """
+
+    def __init__(self, session_id: str, part: str, problem: str, key_id: str | None = None) -> None:
+        super().__init__(f"session {session_id!r}, {part}: {problem}")
+        self.session_id = session_id
+        self.part = part
+        self.key_id = key_id
 
 
 class InvalidInputError(SessionError, ValueError):
@@ -218,6 +240,16 @@ class BackendTimeoutError(BackendUnavailableError):
 class StorageFullError(BackendUnavailableError):
     """The server refused a write because it is full (Redis at ``maxmemory``, a full
     disk); nothing was written. Free space or raise the limit, then retry."""
+
+
+class BackendReadOnlyError(BackendUnavailableError):
+    """The server refused a write because it accepts none: a standby or read-only
+    replica, or a primary being demoted in a failover. Nothing was written.
+
+    Retryable: the manager drops its connections to that server, so once one of the
+    URL's hosts is the primary (a standby promoted), the next call writes there. A URL
+    none of whose hosts accepts writes raises it at connect time too.
+    """
 
 
 class ManagerClosedError(SessionError):

@@ -18,7 +18,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from types import TracebackType
-from typing import Annotated, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -26,6 +26,7 @@ from . import _deadline, _instrumentation, _json, _log
 from ._clock import SYSTEM_CLOCK, Clock
 from ._deadline import ErrorRule
 from ._errors import (
+    BackendReadOnlyError,
     BackendTimeoutError,
     BackendUnavailableError,
     InvalidInputError,
@@ -34,6 +35,7 @@ from ._errors import (
     ManagerClosedError,
     PartialSessionError,
     SessionConflictError,
+    SessionDecryptionError,
     SessionError,
     SessionExistsError,
     SessionNotFoundError,
@@ -55,8 +57,12 @@ from ._records import (
     encode_cursor,
     encode_event,
 )
+from ._sealed import envelope_of_text, sealed_capabilities
 from ._tracking import LoadedState, mark_loaded
 from ._urls import mask_url, scrub_secret, split_url
+
+if TYPE_CHECKING:
+    from .encryption import Keyring
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -236,6 +242,10 @@ class SessionManager(abc.ABC):
     #: Where "now" comes from for every timestamp and expiry check: the system clock
     #: unless set (``connect(url, clock=...)`` or assignment); `with_options` keeps it.
     clock: Clock = SYSTEM_CLOCK
+    _encryption: Keyring | None = None
+    #: The backend's own capabilities while encrypting (`capabilities` then states the
+    #: size limits of the plaintext whose encrypted form fits them).
+    _unsealed_capabilities: Capabilities | None = None
     #: The engine's OpenTelemetry ``db.system.name`` ("" means the URL scheme).
     db_system: ClassVar[str] = ""
     #: A server backend's default port: set, it makes instrumentation report the
@@ -291,8 +301,29 @@ class SessionManager(abc.ABC):
         merged = {**self.options.model_dump(exclude_unset=True), **changes}
         other = type(self)(self._url, self.parse_options(merged))
         other.clock = self.clock
+        other.encryption = self.encryption
         _instrumentation.inherit(self, other)
         return other
+
+    @property
+    def encryption(self) -> Keyring | None:
+        """Encrypts event content and metadata and the state before the backend sees
+        them, and decrypts after every read (`agentsessions.encryption`); None: stored
+        as they are. Set by ``connect(url, encryption=...)`` (or assigned before use);
+        `with_options` keeps it. While set, ``capabilities.max_event_bytes`` and
+        ``max_state_bytes`` are those of the plaintext whose encrypted form fits."""
+        return self._encryption
+
+    @encryption.setter
+    def encryption(self, keyring: Keyring | None) -> None:
+        own = self._unsealed_capabilities or self.capabilities
+        self._encryption = keyring
+        if keyring is None:
+            self._unsealed_capabilities = None
+            self.capabilities = own
+        else:
+            self._unsealed_capabilities = own
+            self.capabilities = sealed_capabilities(own)
 
     @property
     def url(self) -> str:
@@ -440,7 +471,7 @@ class SessionManager(abc.ABC):
         record = SessionRecord(
             session_id=session_id,
             user_id=user_id,
-            state=state_json,
+            state=self._seal_state(session_id, state_json),
             version=1,
             created_at=now,
             updated_at=now,
@@ -452,7 +483,7 @@ class SessionManager(abc.ABC):
             session_id=session_id,
             user_id=user_id,
             events=[],
-            state=_json.loads(record.state),
+            state=_json.loads(state_json),
             created_at=now,
             updated_at=now,
             version=1,
@@ -476,17 +507,20 @@ class SessionManager(abc.ABC):
         be saved.
         """
         checked = check_restorable(session)
+        session_id = checked.record.session_id
         self._check_event_sizes(checked.events, 0)
+        events = self._seal_events(session_id, list(session.events), 0, checked.events)
+        state_json = self._seal_state(session_id, checked.record.state)
         async with _deadline.call(self, "restore"):
             await self._ready()
             now = self.clock.now()
-            record = replace(checked.record, expires_at=self._expiry(now))
-            await self._restore(record, checked.events, now)
+            record = replace(checked.record, state=state_json, expires_at=self._expiry(now))
+            await self._restore(record, events, now)
         restored = Session.model_construct(
             session_id=record.session_id,
             user_id=record.user_id,
             events=list(session.events),
-            state=_json.loads(record.state),
+            state=_json.loads(checked.record.state),
             created_at=record.created_at,
             updated_at=record.updated_at,
             version=record.version,
@@ -521,16 +555,19 @@ class SessionManager(abc.ABC):
         if user_id is not None and record.user_id != user_id:
             raise SessionOwnershipError(session_id, user_id)
         offset = record.event_count - len(loaded.events)
+        events, shift = self._open_events(session_id, loaded.events, offset)
         session = Session.model_construct(
             session_id=record.session_id,
             user_id=record.user_id,
-            events=loaded.events,
-            state=_json.loads(record.state),
+            events=events,
+            state=_json.loads(self._open_state(session_id, record.state)),
             created_at=record.created_at,
             updated_at=record.updated_at,
             version=record.version,
         )
         mark_loaded(session, offset=offset, partial=last_events is not None)
+        if session._loaded is not None:
+            session._loaded.shift = shift
         return session
 
     async def get_or_create(
@@ -601,7 +638,6 @@ class SessionManager(abc.ABC):
         # window); the set is kept on the load so repeated appends stay O(new events).
         known = loaded.ids_of_prefix(keep_in_window)
         new_events = _encode_events(events, keep_in_window, keep, known)
-        self._check_event_sizes(new_events, keep_in_window)
         now = self.clock.now()
         new_version = loaded.version + 1
         record = SessionRecord(
@@ -623,19 +659,33 @@ class SessionManager(abc.ABC):
             token=new_token(),
         )
         pending = loaded.pending
-        if pending is not None and pending.same_change(request):
-            # A retry of a save that failed ambiguously: the very same request, token
-            # and timestamps included, so a copy that landed is recognised.
+        if pending is not None and pending.same_change(request) and loaded.sent is not None:
+            # A retry of a save that failed ambiguously: the very same request, token,
+            # timestamps and ciphertexts included, so a copy that landed is recognised.
+            # (Compared before encryption, whose random nonces differ on every call.)
             request = pending
             now = request.record.updated_at
+            sent = loaded.sent
+        else:
+            shift = 0
+            if self.encryption is not None and keep:
+                # The kept events' shift, which the new ones must be sealed with.
+                if loaded.shift is None:
+                    loaded.shift = await self._stored_shift(session.session_id)
+                shift = loaded.shift
+            self._check_event_sizes(new_events, keep_in_window)
+            sent = self._sealed_request(request, events, keep_in_window, shift)
         loaded.pending = request
+        loaded.sent = sent
         try:
-            await self._save(request, now)
+            await self._save(sent, now)
         except SessionError as exc:
             if not isinstance(exc, BackendUnavailableError):
-                loaded.pending = None  # a definite answer: this save did not land
+                loaded.pending = loaded.sent = None  # a definite answer: it did not land
             raise
-        loaded.pending = None
+        loaded.pending = loaded.sent = None
+        if not keep:
+            loaded.shift = 0
         session.version = new_version
         session.updated_at = now
         loaded.saved(session, new_version, keep_in_window)
@@ -708,9 +758,14 @@ class SessionManager(abc.ABC):
                 "(load it with enough last_events to include the cut)"
             )
         kept = loaded.events[cut + 1 :]
-        new_events = _encode_events(list(replacement), 0, 0, {event.id for event in kept})
-        self._check_event_sizes(new_events, 0)
+        replacing = list(replacement)
+        new_events = _encode_events(replacing, 0, 0, {event.id for event in kept})
         replaced = loaded.offset + cut + 1
+        # With encryption the kept events stay sealed where they were: their positions
+        # move by len(replacing) - replaced, and the session's shift the other way.
+        shift = (loaded.shift or 0) + replaced - len(replacing)
+        self._check_event_sizes(new_events, 0)
+        new_events = self._seal_events(session_id, replacing, 0, new_events, shift)
         async with _deadline.call(self, "compact"):
             await self._ready()
             now = self.clock.now()
@@ -727,10 +782,12 @@ class SessionManager(abc.ABC):
                 token=new_token(),
             )
             await self._compact(request, now)
-        session.events = [*replacement, *kept]
+        session.events = [*replacing, *kept]
         session.version = request.version
         session.updated_at = now
         mark_loaded(session)
+        if session._loaded is not None:
+            session._loaded.shift = shift
 
     async def archived_events(self, session_id: str, *, user_id: str | None = None) -> list[Event]:
         """The events that `compact` with ``archive=True`` removed from *session_id*,
@@ -748,7 +805,10 @@ class SessionManager(abc.ABC):
                 if loaded is not None and loaded.record.user_id != user_id:
                     raise SessionOwnershipError(session_id, user_id)
             texts = await self._archived(session_id, now)
-        return decode_events(texts)
+        events = decode_events(texts)
+        if self.encryption is None:
+            return events
+        return self.encryption.open_archived(self.options.namespace, session_id, events)
 
     def _encode_state(self, state: object) -> str:
         """The state as stored JSON text, after every check; raises before any I/O."""
@@ -760,6 +820,146 @@ class SessionManager(abc.ABC):
         text = _json.dumps(state)
         check_size(text, self.capabilities.max_state_bytes, "state")
         return text
+
+    # -- encryption (see agentsessions.encryption) -------------------------------------
+
+    def _seal_state(self, session_id: str, state_json: str) -> str:
+        """The state as stored: *state_json* itself, or sealed when encrypting."""
+        keyring = self.encryption
+        if keyring is None:
+            return state_json
+        sealed = keyring.seal_state(self.options.namespace, session_id, state_json)
+        own = self._unsealed_capabilities or self.capabilities
+        check_size(sealed, own.max_state_bytes, "state (encrypted)")
+        return sealed
+
+    def _open_state(self, session_id: str, stored: str) -> str:
+        """The state JSON text of a stored state; raises `SessionDecryptionError`."""
+        keyring = self.encryption
+        if keyring is None:
+            if envelope_of_text(stored) is not None:
+                raise SessionDecryptionError(
+                    session_id,
+                    "state",
+                    "is encrypted, and this manager has no keyring: connect(url, "
+                    "encryption=Keyring(...)) with the keys it was written with",
+                )
+            return stored
+        return keyring.open_state(self.options.namespace, session_id, stored)
+
+    def _seal_events(
+        self,
+        session_id: str,
+        events: list[Event],
+        start: int,
+        records: list[EventRecord],
+        shift: int = 0,
+    ) -> list[EventRecord]:
+        """*records* (encoded from ``events[start:]``) as stored: sealed when encrypting,
+        each at its position plus *shift* (the session's: see `Keyring.open_events`)."""
+        keyring = self.encryption
+        if keyring is None:
+            return records
+        namespace = self.options.namespace
+        limit = (self._unsealed_capabilities or self.capabilities).max_event_bytes
+        sealed = []
+        for index, record in enumerate(records):
+            data = keyring.seal_event(
+                namespace, session_id, events[start + index], record.position + shift, record.data
+            )
+            # Cannot fail when the plaintext was checked against `capabilities`: a guard.
+            check_size(data, limit, f"events[{start + index}] (encrypted)")
+            sealed.append(EventRecord(record.position, data))
+        return sealed
+
+    def _open_events(
+        self, session_id: str, events: list[Event], first: int
+    ) -> tuple[list[Event], int | None]:
+        """Loaded events (``events[0]`` at position *first*), decrypted when encrypting,
+        and the shift they were sealed with (None: not known from these events)."""
+        keyring = self.encryption
+        if keyring is None:
+            return events, None
+        return keyring.open_events(self.options.namespace, session_id, events, first)
+
+    async def _stored_shift(self, session_id: str) -> int:
+        """The shift of a session's stored events, read from its last one: for a save
+        that keeps events it did not load (``last_events=0``)."""
+        tail = await self._load(session_id, 1, self.clock.now())
+        if tail is None or not tail.events:
+            return 0  # the save that follows finds it gone, or conflicts
+        _, shift = self._open_events(session_id, tail.events, tail.record.event_count - 1)
+        return 0 if shift is None else shift
+
+    def _sealed_request(
+        self, request: SaveRequest, events: list[Event], start: int, shift: int = 0
+    ) -> SaveRequest:
+        """*request* as sent to the backend: sealed (new events at their position plus
+        *shift*) when encrypting."""
+        if self.encryption is None:
+            return request
+        session_id = request.record.session_id
+        state = self._seal_state(session_id, request.record.state)
+        return replace(
+            request,
+            record=replace(request.record, state=state),
+            new_events=self._seal_events(session_id, events, start, request.new_events, shift),
+        )
+
+    async def _rekey_session(
+        self, session_id: str, retries: int
+    ) -> Literal["rekeyed", "current", "vanished"]:
+        """Rewrite one session under the keyring's current key (see `encryption.rekey`).
+
+        An ordinary conditional save of the whole session that keeps its ``updated_at``
+        (and so its expiry): a save racing it wins and this one reads again.
+        """
+        keyring = self.encryption
+        if keyring is None:
+            raise InvalidOptionError("rekey needs a manager with encryption")
+        for attempt in range(retries + 1):
+            async with _deadline.call(self, "rekey"):
+                await self._ready()
+                loaded = await self._load(session_id, None, self.clock.now())
+                if loaded is None:
+                    return "vanished"
+                record = loaded.record
+                if not keyring.stale_parts(record.state, loaded.events):
+                    return "current"
+                first = record.event_count - len(loaded.events)
+                events, _ = self._open_events(session_id, loaded.events, first)
+                plain = [
+                    encode_event(event, position, f"events[{position}]")
+                    for position, event in enumerate(events)
+                ]
+                self._check_event_sizes(plain, 0)
+                sealed = self._seal_events(session_id, events, 0, plain)
+                state = self._seal_state(session_id, self._open_state(session_id, record.state))
+                request = SaveRequest(
+                    record=replace(
+                        record,
+                        state=state,
+                        version=record.version + 1,
+                        expires_at=self._expiry(record.updated_at),
+                        event_count=len(sealed),
+                    ),
+                    expected_version=record.version,
+                    stored_event_count=record.event_count,
+                    keep=0,
+                    new_events=sealed,
+                    token=new_token(),
+                )
+                try:
+                    await self._save(request, self.clock.now())
+                except SessionNotFoundError:
+                    return "vanished"
+                except SessionConflictError:
+                    if attempt >= retries:
+                        raise
+                else:
+                    return "rekeyed"
+            await backoff(attempt)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     @staticmethod
     def _tracking_of(session: Session) -> LoadedState | None:
@@ -834,7 +1034,8 @@ class SessionManager(abc.ABC):
         The whole call, retries included, is bounded by the ``timeout`` option. A save
         that fails with `BackendUnavailableError` may have landed, so it is re-sent
         with its token (see `save`) until it gets a definite answer: *fn*'s change is
-        never applied twice. If the deadline passes first, `BackendTimeoutError` is
+        never applied twice; `BackendReadOnlyError` is one (nothing was written) and is
+        raised at once. If the deadline passes first, `BackendTimeoutError` is
         raised and the change may or may not be stored (`get` tells).
         ``last_events=N`` loads only the newest N events on each attempt (``0`` for an
         append that needs no history); *fn* may then append events or remove them from
@@ -871,6 +1072,8 @@ class SessionManager(abc.ABC):
             try:
                 await self.save(session)
                 return
+            except BackendReadOnlyError:
+                raise  # refused, so not stored: no outcome to wait for
             except BackendUnavailableError:
                 attempt += 1
                 await backoff(attempt, cap=0.5)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from ._registry import BackendSpec, hookimpl
-from ._version import __version__
 
 
 @hookimpl
@@ -12,7 +11,5 @@ def agentsessions_backends() -> list[BackendSpec]:
         BackendSpec(
             schemes=("memory",),
             manager="agentsessions._memory:MemorySessionManager",
-            distribution="agentsessions",
-            version=__version__,
         )
     ]

@@ -17,7 +17,13 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from . import _json
-from ._errors import InvalidInputError, SessionSerializationError
+from ._errors import (
+    InvalidInputError,
+    SessionConflictError,
+    SessionError,
+    SessionNotFoundError,
+    SessionSerializationError,
+)
 from ._models import Event, SessionSummary
 
 __all__ = [
@@ -33,6 +39,8 @@ __all__ = [
     "decode_record",
     "decode_summary",
     "encode_record",
+    "expiry_millis",
+    "refused",
     "encode_cursor",
     "from_micros",
     "to_micros",
@@ -53,6 +61,12 @@ def to_micros(when: datetime) -> int:
     ordered like the datetimes, so an index on it sorts sessions correctly.
     """
     return (when - _EPOCH) // _MICROSECOND
+
+
+def expiry_millis(when: datetime) -> int:
+    """*when* in epoch milliseconds rounded up, for engines that expire data by the
+    millisecond: a session must never vanish before its time."""
+    return -(-to_micros(when) // 1000)
 
 
 def from_micros(value: int) -> datetime:
@@ -217,6 +231,10 @@ class SaveRequest:
         )
 
     @property
+    def session_id(self) -> str:
+        return self.record.session_id
+
+    @property
     def truncates(self) -> bool:
         """Whether any stored event is deleted."""
         return self.keep < self.stored_event_count
@@ -260,6 +278,19 @@ class CompactRequest:
     def event_count(self) -> int:
         """How many events the session holds once the compaction lands."""
         return self.stored_event_count - self.replaced + len(self.new_events)
+
+
+def refused(
+    request: SaveRequest | CompactRequest, *, live: bool, stored_version: int | None = None
+) -> SessionError:
+    """The error for *request* when its version check failed and its token is not stored:
+    `SessionConflictError` while a live session holds the id (naming *stored_version*
+    when the engine read it), else `SessionNotFoundError`."""
+    session_id = request.session_id
+    if not live:
+        return SessionNotFoundError(session_id)
+    detail = "" if stored_version is None else f"stored version is {stored_version}"
+    return SessionConflictError(session_id, request.expected_version, detail)
 
 
 _EVENTS = TypeAdapter(list[Event])

@@ -29,7 +29,7 @@ import threading
 import warnings
 from dataclasses import dataclass, field, replace
 from importlib.metadata import EntryPoint, distributions
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
@@ -45,6 +45,9 @@ from ._errors import (
 )
 from ._manager import SessionManager
 from ._urls import mask_url
+
+if TYPE_CHECKING:
+    from .encryption import Keyring
 
 __all__ = [
     "OVERRIDE_ENV",
@@ -91,7 +94,8 @@ class BackendSpec:
 
     ``manager`` is ``"package.module:ClassName"``, imported on first use; or the class
     itself when registered from code. ``distribution`` and ``version`` are filled in
-    from the installed distribution that declared the entry point.
+    from the installed distribution that declared the entry point: a plugin leaves
+    them unset (whatever it gave would be replaced).
     """
 
     schemes: tuple[str, ...]
@@ -371,7 +375,12 @@ def _manager_class(scheme: str, spec: BackendSpec) -> type[SessionManager]:
 
 
 def connect(
-    url: str, *, clock: Clock | None = None, instrument: object = None, **options: Any
+    url: str,
+    *,
+    clock: Clock | None = None,
+    instrument: object = None,
+    encryption: Keyring | None = None,
+    **options: Any,
 ) -> SessionManager:
     """A manager for *url*, e.g. ``connect("sqlite:///sessions.db?ttl=3600")``.
 
@@ -380,11 +389,18 @@ def connect(
     `agentsessions.Clock`) replaces the system clock as the source of "now".
     *instrument* turns instrumentation on for this manager: ``True`` (OpenTelemetry),
     a plugin, a plugin's name, or a list of them (see `agentsessions.instrument`).
-    Only the plugins declaring the URL's scheme are loaded.
+    Only the plugins declaring the URL's scheme are loaded. *encryption* (an
+    `agentsessions.encryption.Keyring`) encrypts event content and metadata and the
+    state before the backend sees them (``pip install "agentsessions[encryption]"``).
     """
     if clock is not None and not isinstance(clock, Clock):
         raise InvalidOptionError(
             f"clock must have a now() method (agentsessions.Clock), not {type(clock).__name__}"
+        )
+    if encryption is not None and not _is_keyring(encryption):
+        raise InvalidOptionError(
+            "encryption must be an agentsessions.encryption.Keyring, not "
+            f"{type(encryption).__name__}"
         )
     scheme = scheme_of(url)
     found = _registry.resolve(scheme)
@@ -397,7 +413,16 @@ def connect(
     manager = _manager_class(scheme, found).from_url(url, **options)
     if clock is not None:
         manager.clock = clock
+    if encryption is not None:
+        manager.encryption = encryption
     if instrument is not None and instrument is not False:
         plugins = instrument if isinstance(instrument, (list, tuple)) else [instrument]
         _instrumentation.instrument(*plugins, manager=manager)
     return manager
+
+
+def _is_keyring(value: object) -> bool:
+    # Imported only when asked for: the encryption module needs the optional cryptography.
+    from .encryption import Keyring
+
+    return isinstance(value, Keyring)

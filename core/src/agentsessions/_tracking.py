@@ -115,6 +115,11 @@ class LoadedState:
     # The save last sent whose outcome is unknown (it failed ambiguously): re-sent,
     # token and all, when the session is saved again unchanged.
     pending: SaveRequest | None = None
+    # What `pending` was sent as: the same request, or its sealed form when encrypting.
+    sent: SaveRequest | None = None
+    # With encryption: the shift the stored events were sealed with (see
+    # `Keyring.open_events`), None until known.
+    shift: int | None = None
 
     def owned_by(self, session: Session) -> bool:
         """Whether this is *session*'s own tracking (not that of the object it was copied from)."""
@@ -131,6 +136,7 @@ class LoadedState:
             tracked=None,
             session_id=self.session_id,
             owner=weakref.ref(session),
+            shift=self.shift,
         )
 
     def unchanged_prefix(self, current: list[Event]) -> int:

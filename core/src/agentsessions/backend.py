@@ -63,7 +63,9 @@ from ._records import (
     decode_summary,
     encode_cursor,
     encode_record,
+    expiry_millis,
     from_micros,
+    refused,
     to_micros,
 )
 from ._registry import BackendSpec, hookimpl, hookspec
@@ -105,11 +107,13 @@ __all__ = [
     "decode_summary",
     "encode_cursor",
     "encode_record",
+    "expiry_millis",
     "from_micros",
     "hookimpl",
     "hookspec",
     "mask_url",
     "parse_server_url",
+    "refused",
     "scrub_secret",
     "split_url",
     "to_micros",

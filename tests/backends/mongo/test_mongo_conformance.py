@@ -1,4 +1,5 @@
-"""The conformance kit against MongoDB (SecantusDB here), one fresh namespace per test."""
+"""The conformance kit against MongoDB (SecantusDB here), one fresh namespace per test;
+again with encryption on."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest_asyncio
 from agentsessions import SessionManager
 from agentsessions_conformance import Inventory, SessionManagerTests
 from agentsessions_mongo import MongoSessionManager
+from encryption_params import make_keyring
 from pymongo.asynchronous.database import AsyncDatabase
 
 pytestmark = pytest.mark.mongo
@@ -39,3 +41,11 @@ class TestMongoConformance(SessionManagerTests):
         events = [item["pos"] - base async for item in cursor]
         archived = await self.raw_db[f"{prefix}archive"].count_documents({"session": session_id})
         return Inventory(records=records, events=events, archived=archived)
+
+
+class TestMongoEncryptedConformance(TestMongoConformance):
+    @pytest_asyncio.fixture
+    async def manager(self, make_manager: ManagerFactory) -> AsyncIterator[SessionManager]:
+        manager = await make_manager()
+        manager.encryption = make_keyring()
+        yield manager

@@ -1,4 +1,4 @@
-"""The conformance kit against PostgreSQL, one fresh schema per test."""
+"""The conformance kit against PostgreSQL, one fresh schema per test; again encrypted."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from agentsessions import SessionManager, connect
 from agentsessions_conformance import Inventory, SessionManagerTests
 from agentsessions_postgres import PostgresSessionManager
 from agentsessions_postgres._schema import quote_ident
+from encryption_params import make_keyring
 
 pytestmark = pytest.mark.postgres
 
@@ -44,3 +45,12 @@ class TestPostgresConformance(SessionManagerTests):
             )
         base = first or 0
         return Inventory(records=records, events=[row[0] - base for row in rows], archived=archived)
+
+
+class TestPostgresEncryptedConformance(TestPostgresConformance):
+    @pytest_asyncio.fixture
+    async def manager(self, schema_url: str) -> AsyncIterator[SessionManager]:
+        manager = connect(schema_url, encryption=make_keyring())
+        await manager.open()
+        yield manager
+        await manager.close()

@@ -11,6 +11,7 @@ from agentsessions import SessionManager
 from agentsessions_conformance import Inventory, SessionManagerTests
 from agentsessions_redis import RedisSessionManager
 from agentsessions_redis._keys import split_global_member
+from encryption_params import make_keyring
 
 
 async def _keys(manager: RedisSessionManager, prefix: str) -> list[bytes]:
@@ -51,6 +52,16 @@ class TestRedisConformance(SessionManagerTests):
 
     async def raw_inventory(self, manager: SessionManager, session_id: str) -> Inventory:
         return await redis_inventory(manager, session_id)
+
+
+class TestRedisEncryptedConformance(TestRedisConformance):
+    # The cluster's kit runs without encryption only: what encryption changes is what
+    # the manager hands the backend, the same on one server as on a cluster.
+    @pytest_asyncio.fixture
+    async def manager(self, standalone: Callable[..., Any]) -> AsyncIterator[SessionManager]:
+        manager = await standalone()
+        manager.encryption = make_keyring()
+        yield manager
 
 
 class TestRedisClusterConformance(SessionManagerTests):

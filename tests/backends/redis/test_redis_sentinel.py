@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from agentsessions import (
     BackendAuthenticationError,
+    BackendReadOnlyError,
     BackendTimeoutError,
     BackendUnavailableError,
     InvalidOptionError,
@@ -196,3 +197,18 @@ async def test_min_replicas_to_write_refusals_are_unavailability_and_write_nothi
         await manager.delete("s")
     finally:
         await manager.close()
+
+
+async def test_a_replica_refuses_writes_as_read_only_and_keeps_nothing(
+    guarded: RedisSentinelServer,
+) -> None:
+    primary = guarded.primary_port()
+    (replica,) = (port for port in guarded.data_ports if port != primary)
+    direct = connect(f"redis://:{_quote(_PRIMARY_PW)}@127.0.0.1:{replica}/0", namespace="ro")
+    try:
+        with pytest.raises(BackendReadOnlyError) as caught:
+            await direct.create("s")
+        assert _PRIMARY_PW not in str(caught.value)
+        assert await direct.get("s") is None  # reads still work on the replica
+    finally:
+        await direct.close()

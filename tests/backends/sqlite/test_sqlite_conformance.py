@@ -1,4 +1,4 @@
-"""The conformance kit against SQLite: once on a file, once on ``:memory:``."""
+"""The conformance kit against SQLite: on a file, on ``:memory:``, and on a file encrypted."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import agentsessions
 import pytest
 from agentsessions import SessionManager
 from agentsessions_conformance import Inventory, SessionManagerTests, sqlite_inventory
+from encryption_params import make_keyring
 
 
 class TestSQLiteFileConformance(SessionManagerTests):
@@ -29,3 +30,11 @@ class TestSQLiteMemoryConformance(SessionManagerTests):
 
     async def raw_inventory(self, manager: SessionManager, session_id: str) -> Inventory:
         return await sqlite_inventory(manager, session_id)
+
+
+class TestSQLiteEncryptedConformance(TestSQLiteFileConformance):
+    @pytest.fixture
+    async def manager(self, tmp_path: Path) -> AsyncIterator[SessionManager]:
+        url = f"sqlite:///{tmp_path / 'kit.db'}"
+        async with agentsessions.connect(url, encryption=make_keyring()) as manager:
+            yield manager

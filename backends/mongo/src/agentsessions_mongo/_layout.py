@@ -1,4 +1,4 @@
-"""What the documents look like, and the pure functions that build them and their filters.
+"""What the documents look like, their indexes, and the functions that build them and filters.
 
 Two collections per namespace:
 
@@ -48,10 +48,21 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from agentsessions.backend import EventRecord, SessionRecord, from_micros, to_micros
+from agentsessions.backend import (
+    EventRecord,
+    SessionRecord,
+    expiry_millis,
+    from_micros,
+    to_micros,
+)
 from bson import ObjectId
+from pymongo import ASCENDING, DESCENDING, IndexModel
+from pymongo.asynchronous.collection import AsyncCollection
 
 __all__ = [
+    "archive_docs",
+    "create_indexes",
+    "list_filter",
     "Segment",
     "SessionInfo",
     "event_docs",
@@ -77,12 +88,64 @@ def expiry_date(when: datetime | None) -> datetime | None:
     """*when* rounded up to BSON's millisecond, so expiry never comes early."""
     if when is None:
         return None
-    return _EPOCH + timedelta(milliseconds=-(-to_micros(when) // 1000))
+    return _EPOCH + timedelta(milliseconds=expiry_millis(when))
 
 
 def is_expired(doc: dict[str, Any], now: datetime) -> bool:
     expires = doc.get("expires_at")
     return expires is not None and expires <= now
+
+
+async def create_indexes(
+    sessions: AsyncCollection[Any], events: AsyncCollection[Any], archive: AsyncCollection[Any]
+) -> None:
+    """The indexes every query here relies on (creating an existing index is a no-op)."""
+    await sessions.create_indexes(
+        [
+            # Expired sessions are filtered out at read time; the TTL monitor (about
+            # once a minute) reclaims their documents.
+            IndexModel([("expires_at", ASCENDING)], expireAfterSeconds=0),
+            IndexModel([("created_at", DESCENDING), ("_id", DESCENDING)]),
+            IndexModel([("user_id", ASCENDING), ("created_at", DESCENDING), ("_id", DESCENDING)]),
+        ]
+    )
+    await events.create_indexes([IndexModel([("session", 1), ("gen", 1), ("pos", 1)], unique=True)])
+    await archive.create_indexes([IndexModel([("session", 1), ("at", 1), ("pos", 1)])])
+
+
+def list_filter(
+    user_id: str | None, after: tuple[datetime, str] | None, now: datetime
+) -> dict[str, Any]:
+    """The live sessions (of *user_id*, if given) strictly after the cursor position
+    *after* in the listing order (created_at, _id) descending."""
+    conditions: list[dict[str, Any]] = [live_filter(now)]
+    if after is not None:
+        created, last_id = to_micros(after[0]), after[1]
+        before = [
+            {"created_at": {"$lt": created}},
+            {"created_at": created, "_id": {"$lt": last_id}},
+        ]
+        conditions.append({"$or": before})
+    query: dict[str, Any] = {} if user_id is None else {"user_id": user_id}
+    query["$and"] = conditions
+    return query
+
+
+def archive_docs(
+    session_id: str, incarnation: ObjectId, writer: ObjectId, at: int, texts: Sequence[str]
+) -> list[dict[str, Any]]:
+    """The archive documents of a compaction: *texts* kept, tagged with version *at*."""
+    return [
+        {
+            "session": session_id,
+            "incarnation": incarnation,
+            "writer": writer,
+            "at": at,
+            "pos": position,
+            "data": text,
+        }
+        for position, text in enumerate(texts)
+    ]
 
 
 def live_filter(now: datetime) -> dict[str, Any]:

@@ -38,9 +38,9 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 from agentsessions import (
@@ -51,7 +51,6 @@ from agentsessions import (
     SessionConflictError,
     SessionError,
     SessionExistsError,
-    SessionNotFoundError,
     SessionSerializationError,
     SessionSummary,
 )
@@ -67,13 +66,14 @@ from agentsessions.backend import (
     SessionManager,
     SessionRecord,
     decode_events,
+    refused,
     scrub_secret,
     to_micros,
     validate_id,
 )
 from bson import ObjectId
 from bson.errors import InvalidDocument
-from pymongo import ASCENDING, DESCENDING, AsyncMongoClient, IndexModel, ReadPreference
+from pymongo import ASCENDING, DESCENDING, AsyncMongoClient, ReadPreference
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.common import URI_OPTIONS_VALIDATOR_MAP
 from pymongo.errors import (
@@ -91,10 +91,13 @@ from pymongo.errors import (
 from ._layout import (
     Segment,
     SessionInfo,
+    archive_docs,
+    create_indexes,
     event_docs,
     expiry_date,
     info_of,
     is_expired,
+    list_filter,
     live_filter,
     new_event_pairs,
     range_filter,
@@ -128,6 +131,7 @@ _TOO_LARGE = "larger than the server's limit of 16,777,216 bytes per BSON docume
 _TOO_LARGE_CODES = frozenset({10334, 17419, 17420})
 
 Doc = dict[str, Any]
+W = TypeVar("W", SaveRequest, CompactRequest)
 _SUMMARY_FIELDS = dict.fromkeys(
     ("user_id", "created_at", "updated_at", "event_count", "version"), 1
 )
@@ -176,7 +180,7 @@ class MongoSessionManager(SessionManager):
         self.database_name = database_name(url)  # a malformed URL fails at connect()
         # An AsyncMongoClient refuses to be used from a loop other than its first:
         # one client (with its pool and monitors) per event loop.
-        self._links = self.per_loop(self._new_link, _close_link, prepare=_create_indexes)
+        self._links = self.per_loop(self._new_link, _close_link, prepare=_prepare)
         # What this manager last saw of each session, so that the save following a
         # get needs no extra read. Entries are facts about (incarnation, version) and
         # are only used when the version matches, so a stale entry costs a read, never
@@ -413,34 +417,43 @@ class MongoSessionManager(SessionManager):
     # -- save -----------------------------------------------------------------------------
 
     async def _save(self, request: SaveRequest, now: datetime) -> None:
-        session_id = validate_id(request.record.session_id)
+        validate_id(request.session_id)
+        await self._publish(self._try_save, request, now)
+
+    async def _publish(
+        self,
+        attempt: Callable[[W, SessionInfo, datetime], Awaitable[bool]],
+        request: W,
+        now: datetime,
+    ) -> None:
+        """Run one save or compaction *attempt* until it publishes (see the module's doc)."""
         for _ in range(_SAVE_ATTEMPTS):
             try:
-                info = await self._info_for_save(session_id, request, now)
-                if await self._try_save(request, info, now):
+                cached = self._infos.get(request.session_id)
+                if cached is None or cached.version != request.expected_version:
+                    cached = await self._stored_info(request, now)
+                if await attempt(request, cached, now):
                     return
             except _Landed:
                 return
         raise SessionConflictError(
-            session_id, request.expected_version, "the session was replaced while saving"
+            request.session_id, request.expected_version, "the session was replaced meanwhile"
         )
 
-    async def _info_for_save(
-        self, session_id: str, request: SaveRequest | CompactRequest, now: datetime
+    async def _stored_info(
+        self, request: SaveRequest | CompactRequest, now: datetime
     ) -> SessionInfo:
-        expected = request.expected_version
-        cached = self._infos.get(session_id)
-        if cached is not None and cached.version == expected:
-            return cached
-        doc = await self._sessions.find_one({"_id": session_id}, {"state": 0})
+        """The stored session as *request* expects it; `_Landed` if its token is stored,
+        else the contract error of a session gone or at another version."""
+        doc = await self._sessions.find_one({"_id": request.session_id}, {"state": 0})
         if doc is not None and request.token in doc.get("tokens", ()):
             raise _Landed
         if doc is None or is_expired(doc, now):
-            raise SessionNotFoundError(session_id)
+            raise refused(request, live=False)
         info = info_of(doc)
-        self._remember(session_id, info)
-        if info.version != expected:
-            raise SessionConflictError(session_id, expected)
+        self._remember(request.session_id, info)
+        if info.version != request.expected_version:
+            raise refused(request, live=True)
         return info
 
     async def _try_save(self, request: SaveRequest, info: SessionInfo, now: datetime) -> bool:
@@ -495,7 +508,7 @@ class MongoSessionManager(SessionManager):
             if written is not None:
                 await self._quietly(self._discard(session_id, written[0], written[1], writer))
             self._infos.pop(session_id, None)
-            return await self._explain_failed_publish(session_id, request, now)
+            return await self._explain_failed_publish(request, now)
         self._remember(
             session_id,
             SessionInfo(record.version, info.incarnation, segments, record.event_count, info.first),
@@ -540,7 +553,7 @@ class MongoSessionManager(SessionManager):
             if copied is None:
                 # Only a publish after our version removes published events, so this
                 # save has lost: say so the usual way.
-                if await self._explain_failed_publish(session_id, request, now):
+                if await self._explain_failed_publish(request, now):
                     raise _Landed
                 raise SessionConflictError(session_id, request.expected_version)
             pairs.extend(zip(range(start, keep), copied, strict=True))
@@ -555,17 +568,8 @@ class MongoSessionManager(SessionManager):
     # -- compaction -------------------------------------------------------------------------
 
     async def _compact(self, request: CompactRequest, now: datetime) -> None:
-        session_id = validate_id(request.session_id)
-        for _ in range(_SAVE_ATTEMPTS):
-            try:
-                info = await self._info_for_save(session_id, request, now)
-                if await self._try_compact(request, info, now):
-                    return
-            except _Landed:
-                return
-        raise SessionConflictError(
-            session_id, request.expected_version, "the session was replaced while compacting"
-        )
+        validate_id(request.session_id)
+        await self._publish(self._try_compact, request, now)
 
     async def _try_compact(self, request: CompactRequest, info: SessionInfo, now: datetime) -> bool:
         """One attempt, published like a save's; False when the session was re-created.
@@ -582,23 +586,11 @@ class MongoSessionManager(SessionManager):
         if request.archive:
             texts = await self._read_texts(session_id, info, 0, request.replaced)
             if texts is None:  # a later publish's cleanup: this compaction has lost
-                if await self._explain_failed_publish(session_id, request, now):
+                if await self._explain_failed_publish(request, now):
                     return True
                 raise SessionConflictError(session_id, request.expected_version)
-            await self._archive.insert_many(
-                [
-                    {
-                        "session": session_id,
-                        "incarnation": info.incarnation,
-                        "writer": writer,
-                        "at": request.version,
-                        "pos": position,
-                        "data": text,
-                    }
-                    for position, text in enumerate(texts)
-                ],
-                ordered=True,
-            )
+            docs = archive_docs(session_id, info.incarnation, writer, request.version, texts)
+            await self._archive.insert_many(docs, ordered=True)
             archived = True
         segments: list[Segment] = []
         gen: ObjectId | None = None
@@ -639,7 +631,7 @@ class MongoSessionManager(SessionManager):
             if archived:
                 await self._quietly(self._archive.delete_many({"writer": writer}))
             self._infos.pop(session_id, None)
-            return await self._explain_failed_publish(session_id, request, now)
+            return await self._explain_failed_publish(request, now)
         stored = SessionInfo(
             request.version, info.incarnation, tuple(segments), request.event_count, new_first
         )
@@ -688,21 +680,15 @@ class MongoSessionManager(SessionManager):
         )
 
     async def _explain_failed_publish(
-        self, session_id: str, request: SaveRequest | CompactRequest, now: datetime
+        self, request: SaveRequest | CompactRequest, now: datetime
     ) -> bool:
         """Why the conditional update matched nothing: True if *request* landed before
         (an earlier attempt of this very save), False if worth retrying; else raise."""
-        expected = request.expected_version
-        doc = await self._sessions.find_one({"_id": session_id}, {"state": 0})
-        if doc is not None and request.token in doc.get("tokens", ()):
+        try:
+            await self._stored_info(request, now)
+        except _Landed:
             return True
-        if doc is None or is_expired(doc, now):
-            raise SessionNotFoundError(session_id)
-        self._remember(session_id, info_of(doc))
-        if doc["version"] != expected:
-            raise SessionConflictError(session_id, expected)
-        # Same version, another incarnation: deleted and re-created since we looked.
-        return False
+        return False  # same version, another incarnation: deleted and re-created meanwhile
 
     async def _quietly(self, cleanup: Any) -> None:
         """Run a cleanup whose failure loses nothing (leftovers stay invisible).
@@ -786,21 +772,10 @@ class MongoSessionManager(SessionManager):
         after: tuple[datetime, str] | None,
         now: datetime,
     ) -> list[SessionSummary]:
-        conditions: list[Mapping[str, Any]] = [live_filter(now)]
-        query: Doc = {} if user_id is None else {"user_id": validate_id(user_id, "user_id")}
-        if after is not None:
-            created, last_id = to_micros(after[0]), after[1]
-            conditions.append(
-                {
-                    "$or": [
-                        {"created_at": {"$lt": created}},
-                        {"created_at": created, "_id": {"$lt": last_id}},
-                    ]
-                }
-            )
-        query["$and"] = conditions
+        if user_id is not None:
+            validate_id(user_id, "user_id")
         docs = (
-            await self._sessions.find(query, _SUMMARY_FIELDS)
+            await self._sessions.find(list_filter(user_id, after, now), _SUMMARY_FIELDS)
             .sort([("created_at", DESCENDING), ("_id", DESCENDING)])
             .limit(limit)
             .to_list(None)
@@ -885,17 +860,5 @@ async def _close_link(link: _Link) -> None:
     await link.client.close()
 
 
-async def _create_indexes(link: _Link) -> None:
-    await link.sessions.create_indexes(
-        [
-            # Expired sessions are filtered out at read time; the TTL monitor (about
-            # once a minute) reclaims their documents.
-            IndexModel([("expires_at", ASCENDING)], expireAfterSeconds=0),
-            IndexModel([("created_at", DESCENDING), ("_id", DESCENDING)]),
-            IndexModel([("user_id", ASCENDING), ("created_at", DESCENDING), ("_id", DESCENDING)]),
-        ]
-    )
-    await link.events.create_indexes(
-        [IndexModel([("session", 1), ("gen", 1), ("pos", 1)], unique=True)]
-    )
-    await link.archive.create_indexes([IndexModel([("session", 1), ("at", 1), ("pos", 1)])])
+async def _prepare(link: _Link) -> None:
+    await create_indexes(link.sessions, link.events, link.archive)

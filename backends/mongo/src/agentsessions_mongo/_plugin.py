@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from agentsessions.backend import BackendSpec, hookimpl
 
-from ._version import __version__
-
 
 @hookimpl
 def agentsessions_backends() -> list[BackendSpec]:
@@ -17,7 +15,5 @@ def agentsessions_backends() -> list[BackendSpec]:
         BackendSpec(
             schemes=("mongodb", "mongodb+srv"),
             manager="agentsessions_mongo._manager:MongoSessionManager",
-            distribution="agentsessions-mongo",
-            version=__version__,
         )
     ]

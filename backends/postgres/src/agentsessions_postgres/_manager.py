@@ -11,24 +11,32 @@ is terminated at once (its socket closed) rather than cancelled politely: asyncp
 polite path sends a cancel request and waits for the server's reply, which a frozen
 or silent server never sends. The server rolls back whatever the dropped connection
 had open.
+
+High availability: with several hosts and ``target_session_attrs=read-write`` in the
+URL, asyncpg connects to whichever host is the primary. A server that refuses a write
+as read-only (a standby, a demoted or fenced primary) makes the pool drop every
+connection, so the next ones go through that choice again, and the write is sent
+once more (it wrote nothing). Every new connection checks the schema version, so a
+promoted standby that lacks a migration (lost with an asynchronous failover) is
+migrated before it is used.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager, suppress
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, ClassVar
+from functools import wraps
+from typing import TYPE_CHECKING, Any, ClassVar, Concatenate, ParamSpec, TypeVar
 
 import asyncpg
 from agentsessions import (
     BackendAuthenticationError,
+    BackendReadOnlyError,
     BackendTimeoutError,
     DatabaseNotFoundError,
-    SessionConflictError,
     SessionExistsError,
-    SessionNotFoundError,
     SessionSummary,
 )
 from agentsessions.backend import (
@@ -43,6 +51,7 @@ from agentsessions.backend import (
     SessionRecord,
     decode_events,
     encode_record,
+    refused,
 )
 
 from ._options import DRIVER_QUERY_PARAMS, PostgresOptions, check_url
@@ -68,6 +77,11 @@ _DRIVER_ERRORS = (
         BackendAuthenticationError,
     ),
     ErrorRule((asyncpg.InvalidCatalogNameError,), DatabaseNotFoundError),
+    # A write sent to a standby, or no host of the URL matching target_session_attrs.
+    ErrorRule(
+        (asyncpg.ReadOnlySQLTransactionError, asyncpg.exceptions.TargetServerAttributeNotMatched),
+        BackendReadOnlyError,
+    ),
     ErrorRule(
         (
             asyncpg.PostgresError,
@@ -81,7 +95,10 @@ _DRIVER_ERRORS = (
 if TYPE_CHECKING:
     from asyncpg.pool import PoolConnectionProxy
 
-    _Connection = PoolConnectionProxy[Any]
+    _Connection = PoolConnectionProxy[Any] | asyncpg.Connection[Any]
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 #: Errors meaning "this connection is dead" (the server restarted, a proxy dropped it),
 #: as opposed to "this statement failed".
@@ -106,6 +123,28 @@ PURGE_BATCH = 500
 # A save statement that cannot tell whether it lost a race is run again (see
 # `save_statement`); a race needs a concurrent commit, so a few runs settle it.
 _SAVE_ATTEMPTS = 8
+
+
+def _write(
+    method: Callable[Concatenate[PostgresSessionManager, _P], Coroutine[Any, Any, _R]],
+) -> Callable[Concatenate[PostgresSessionManager, _P], Coroutine[Any, Any, _R]]:
+    """A write sent once more when a read-only server refused it.
+
+    A refusal means nothing was written, and `_connection` has made the pool drop its
+    connections, so the second attempt connects afresh and lands on the primary if one
+    of the URL's hosts is it now (a standby promoted in a failover). Once only: with no
+    primary in reach, the caller gets `BackendReadOnlyError`.
+    """
+
+    @wraps(method)
+    async def write(manager: PostgresSessionManager, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return await method(manager, *args, **kwargs)
+        except asyncpg.ReadOnlySQLTransactionError:
+            pass
+        return await method(manager, *args, **kwargs)
+
+    return write
 
 
 async def _keep_session(connection: asyncpg.Connection[Any]) -> None:
@@ -168,18 +207,28 @@ class PostgresSessionManager(SessionManager):
             connect_kwargs["server_settings"] = {"statement_timeout": str(millis)}
         # asyncpg terminates whatever it had connected when this fails; the next call
         # opens afresh, so a server that was down at first use is no obstacle later.
+        # Every new connection checks the schema (init): after a failover the new
+        # primary may lack a migration that never reached it.
         pool: asyncpg.Pool[Any] = await asyncpg.create_pool(
             self._url,
             min_size=opts.min_pool_size,
             max_size=opts.max_pool_size,
             reset=_keep_session,
+            init=self._migrate,
             **connect_kwargs,
         )
         return pool
 
     async def _prepare(self, pool: asyncpg.Pool[Any]) -> None:
-        async with self._connection(pool) as connection:
-            found = await migrate(connection, self.options.schema, self._transaction)
+        # The schema is checked by every connection as it opens (init=_migrate); this
+        # makes one even with min_pool_size=0, so that open() fails on a schema it
+        # cannot use.
+        async with self._connection(pool):
+            pass
+
+    async def _migrate(self, connection: _Connection) -> None:
+        """Pool init: bring the schema to `LATEST_VERSION` (see `migrate`)."""
+        found = await migrate(connection, self.options.schema, self._transaction)
         if found < LATEST_VERSION:
             self._migrations_applied(found, LATEST_VERSION)
 
@@ -205,6 +254,11 @@ class PostgresSessionManager(SessionManager):
                 connection.terminate()
             if isinstance(exc, _CONNECTION_LOST):
                 await pool.expire_connections()
+            raise
+        except asyncpg.ReadOnlySQLTransactionError:
+            # Connected to a server that is (now) read-only: every pooled connection
+            # is presumed to be, and replaced through target_session_attrs.
+            await pool.expire_connections()
             raise
         finally:
             with suppress(Exception):  # a failed release has terminated the connection
@@ -246,6 +300,7 @@ class PostgresSessionManager(SessionManager):
 
     # -- the contract -------------------------------------------------------------------
 
+    @_write
     async def _create(self, record: SessionRecord, now: datetime) -> None:
         sql, args = self._sql, (self._ns, *encode_record(record))
         async with self._connection() as connection:
@@ -263,6 +318,7 @@ class PostgresSessionManager(SessionManager):
                         raise SessionExistsError(record.session_id)
                 # Deleted between our two statements: try the insert again.
 
+    @_write
     async def _restore(
         self, record: SessionRecord, events: list[EventRecord], now: datetime
     ) -> None:
@@ -304,15 +360,12 @@ class PostgresSessionManager(SessionManager):
         events = decode_events(texts) if texts else []
         return LoadedSession(SessionRecord(*fields), events)
 
+    @_write
     async def _save(self, request: SaveRequest, now: datetime) -> None:
-        record = request.record
-        new_events = request.new_events
-        truncate = request.truncates
+        record, new_events, truncate = request.record, request.new_events, request.truncates
+        insert = bool(new_events)
         sql = save_statement(
-            self.options.schema,
-            truncate=truncate,
-            insert=bool(new_events),
-            upsert=truncate and bool(new_events),
+            self.options.schema, truncate=truncate, insert=insert, upsert=truncate and insert
         )
         args: list[Any] = [
             self._ns,
@@ -326,22 +379,10 @@ class PostgresSessionManager(SessionManager):
             request.token,
         ]
         if new_events:
-            args.append(request.keep)
-            args.append([event.data for event in new_events])
-        async with self._connection() as connection:
-            for _ in range(_SAVE_ATTEMPTS):
-                outcome = await connection.fetchval(sql, *args, timeout=self._remaining())
-                if outcome != request.expected_version:
-                    break
-                # Inconclusive (see save_statement): a fresh statement has a fresh snapshot.
-        if outcome == 0:
-            return
-        if outcome == -1:
-            raise SessionNotFoundError(record.session_id)
-        raise SessionConflictError(
-            record.session_id, request.expected_version, f"stored version is {outcome}"
-        )
+            args += [request.keep, [event.data for event in new_events]]
+        await self._checked_write(sql, args, request)
 
+    @_write
     async def _compact(self, request: CompactRequest, now: datetime) -> None:
         sql = compact_statement(self.options.schema, archive=request.archive)
         args: list[Any] = [
@@ -359,23 +400,26 @@ class PostgresSessionManager(SessionManager):
         ]
         if request.archive:
             args.append(request.replaced)
+        await self._checked_write(sql, args, request)
+
+    async def _checked_write(
+        self, sql: str, args: list[Any], request: SaveRequest | CompactRequest
+    ) -> None:
+        """Run a save or compaction statement; its outcome is `save_statement`'s."""
         async with self._connection() as connection:
             for _ in range(_SAVE_ATTEMPTS):
                 outcome = await connection.fetchval(sql, *args, timeout=self._remaining())
                 if outcome != request.expected_version:
                     break
-        if outcome == 0:
-            return
-        if outcome == -1:
-            raise SessionNotFoundError(request.session_id)
-        raise SessionConflictError(
-            request.session_id, request.expected_version, f"stored version is {outcome}"
-        )
+                # Inconclusive (see save_statement): a fresh statement has a fresh snapshot.
+        if outcome != 0:
+            raise refused(request, live=outcome != -1, stored_version=outcome)
 
     async def _archived(self, session_id: str, now: datetime) -> list[str]:
         rows = await self._read(self._sql.load_archive, self._ns, session_id, now)
         return list(rows[0][0]) if rows and rows[0][0] else []
 
+    @_write
     async def _delete(self, session_id: str, now: datetime) -> bool:
         # Two statements in one transaction, not one: the events delete must run after
         # the session row is locked and gone, with a fresh snapshot, or a save that
@@ -389,6 +433,7 @@ class PostgresSessionManager(SessionManager):
             await connection.execute(sql.delete_archive, self._ns, session_id)
         return bool(live)
 
+    @_write
     async def _delete_user(self, user_id: str, now: datetime) -> int:
         sql = self._sql
         async with self._connection() as connection, self._transaction(connection):
@@ -417,6 +462,7 @@ class PostgresSessionManager(SessionManager):
             args.extend(after)
         return [SessionSummary(*row) for row in await self._read(sql, *args)]
 
+    @_write
     async def _purge_expired(self, now: datetime) -> int:
         sql = self._sql
         purged = 0

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from agentsessions.backend import BackendSpec, hookimpl
 
-from ._version import __version__
-
 
 @hookimpl
 def agentsessions_backends() -> list[BackendSpec]:
@@ -17,7 +15,5 @@ def agentsessions_backends() -> list[BackendSpec]:
         BackendSpec(
             schemes=("postgresql", "postgres"),
             manager="agentsessions_postgres._manager:PostgresSessionManager",
-            distribution="agentsessions-postgres",
-            version=__version__,
         )
     ]

@@ -41,9 +41,11 @@ from typing import TYPE_CHECKING, Any
 from agentsessions.backend import TOKENS_KEPT, SchemaTooNewError
 
 if TYPE_CHECKING:
+    import asyncpg
     from asyncpg.pool import PoolConnectionProxy
 
-    Connection = PoolConnectionProxy[Any]
+    # Pooled, or the bare one a pool's init callback gets.
+    Connection = PoolConnectionProxy[Any] | asyncpg.Connection[Any]
 
 __all__ = [
     "LATEST_VERSION",

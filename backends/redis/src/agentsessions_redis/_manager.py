@@ -19,12 +19,11 @@ from typing import Any, ClassVar, TypeVar
 
 from agentsessions import (
     BackendAuthenticationError,
+    BackendReadOnlyError,
     BackendTimeoutError,
     BackendUnavailableError,
     InvalidOptionError,
-    SessionConflictError,
     SessionExistsError,
-    SessionNotFoundError,
     SessionSummary,
     StorageFullError,
 )
@@ -40,6 +39,8 @@ from agentsessions.backend import (
     SessionRecord,
     decode_events,
     decode_record,
+    expiry_millis,
+    refused,
     scrub_secret,
     to_micros,
 )
@@ -62,6 +63,10 @@ T = TypeVar("T")
 E = TypeVar("E")
 
 
+def _demoted(exc: BaseException) -> bool:
+    return str(exc) == "The previous master is now a slave"  # redis.asyncio.sentinel's
+
+
 def _sentinels_refused(exc: BaseException) -> bool:
     text = str(exc)
     return "AuthenticationError" in text and not any(
@@ -80,6 +85,10 @@ _DRIVER_ERRORS = (
         (redis_errors.AuthenticationError, redis_errors.AuthenticationWrongNumberOfArgsError),
         BackendAuthenticationError,
     ),
+    # A replica refuses a script's first write: nothing written. Through Sentinel,
+    # redis-py turns that READONLY into a ConnectionError and asks the Sentinels again.
+    ErrorRule((redis_errors.ReadOnlyError,), BackendReadOnlyError),
+    ErrorRule((redis_errors.ConnectionError,), BackendReadOnlyError, when=_demoted),
     # Every Sentinel refused its password (each one's error is in the message).
     ErrorRule((MasterNotFoundError,), BackendAuthenticationError, when=_sentinels_refused),
     ErrorRule(
@@ -87,7 +96,6 @@ _DRIVER_ERRORS = (
             redis_errors.ConnectionError,  # also AuthenticationError, BusyLoadingError, pool
             redis_errors.ClusterError,  # ClusterDownError, MasterDownError
             redis_errors.TryAgainError,
-            redis_errors.ReadOnlyError,  # a failover left us talking to a replica
             redis_errors.RedisClusterException,  # no reachable startup node, slot not covered
             OSError,
         )
@@ -278,7 +286,6 @@ class RedisSessionManager(SessionManager):
         created = to_micros(record.created_at)
         member = global_member(session_id, user_id)
         user_index = self.keys.user_index(user_id) if user_id is not None else ""
-        expires = record.expires_at
         args: list[Any] = [
             to_micros(now),
             secrets.token_hex(16),
@@ -286,8 +293,7 @@ class RedisSessionManager(SessionManager):
             user_id or "",
             record.state,
             created,
-            "" if expires is None else to_micros(expires),
-            "" if expires is None else _pexpireat(expires),
+            *_expiry_args(record.expires_at),
             member,
             user_index,
             record.version,
@@ -338,7 +344,6 @@ class RedisSessionManager(SessionManager):
     async def _save(self, request: SaveRequest, now: datetime) -> None:
         record = request.record
         keys = self.keys.session(record.session_id)
-        expires = record.expires_at
         args: list[Any] = [
             to_micros(now),
             request.expected_version,
@@ -347,23 +352,18 @@ class RedisSessionManager(SessionManager):
             record.state,
             record.version,
             to_micros(record.updated_at),
-            "" if expires is None else to_micros(expires),
-            "" if expires is None else _pexpireat(expires),
+            *_expiry_args(record.expires_at),
             record.event_count,
         ]
         args.extend(event.data for event in request.new_events)
         result = await self._write(
             self._link.save, [keys.hash, keys.events, keys.archive], args, lambda r: bool(r == 1)
         )
-        if result == 1:
-            return
-        if result == 0:
-            raise SessionNotFoundError(record.session_id)
-        raise SessionConflictError(record.session_id, request.expected_version)
+        if result != 1:
+            raise refused(request, live=result != 0)
 
     async def _compact(self, request: CompactRequest, now: datetime) -> None:
         keys = self.keys.session(request.session_id)
-        expires = request.expires_at
         args: list[Any] = [
             to_micros(now),
             request.expected_version,
@@ -371,8 +371,7 @@ class RedisSessionManager(SessionManager):
             request.replaced,
             request.version,
             to_micros(request.updated_at),
-            "" if expires is None else to_micros(expires),
-            "" if expires is None else _pexpireat(expires),
+            *_expiry_args(request.expires_at),
             request.event_count,
             "1" if request.archive else "",
         ]
@@ -380,11 +379,8 @@ class RedisSessionManager(SessionManager):
         result = await self._write(
             self._link.compact, [keys.hash, keys.events, keys.archive], args, lambda r: r == 1
         )
-        if result == 1:
-            return
-        if result == 0:
-            raise SessionNotFoundError(request.session_id)
-        raise SessionConflictError(request.session_id, request.expected_version)
+        if result != 1:
+            raise refused(request, live=result != 0)
 
     async def _archived(self, session_id: str, now: datetime) -> list[str]:
         keys = self.keys.session(session_id)
@@ -663,9 +659,9 @@ async def _close_link(link: _Link) -> None:
             await sentinel.aclose()
 
 
-def _pexpireat(expires: datetime) -> int:
-    # Round up: Redis must not drop a key before the session is due to expire.
-    return -(-to_micros(expires) // 1000)
+def _expiry_args(expires: datetime | None) -> tuple[int | str, int | str]:
+    """The scripts' expires_at (microseconds) and PEXPIREAT (milliseconds), or two ""."""
+    return ("", "") if expires is None else (to_micros(expires), expiry_millis(expires))
 
 
 def _scored(pairs: Any) -> list[tuple[bytes, int]]:

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from agentsessions.backend import BackendSpec, hookimpl
 
-from ._version import __version__
-
 __all__ = ["agentsessions_backends"]
 
 
@@ -30,7 +28,5 @@ def agentsessions_backends() -> list[BackendSpec]:
                 "rediss+sentinel",
             ),
             manager="agentsessions_redis._manager:RedisSessionManager",
-            distribution="agentsessions-redis",
-            version=__version__,
         )
     ]

@@ -18,10 +18,8 @@ from typing import ClassVar
 
 from agentsessions import (
     BackendUnavailableError,
-    SessionConflictError,
     SessionError,
     SessionExistsError,
-    SessionNotFoundError,
     SessionSummary,
 )
 from agentsessions.backend import (
@@ -39,9 +37,11 @@ from agentsessions.backend import (
     decode_record,
     decode_summary,
     encode_record,
+    refused,
     to_micros,
 )
 
+from . import _statements as sql
 from ._connection import Link, connect, is_busy
 from ._options import SQLiteOptions
 from ._schema import SCHEMA_VERSION, migrate
@@ -58,160 +58,6 @@ def _optional_micros(when: datetime | None) -> int | None:
     return None if when is None else to_micros(when)
 
 
-# -- statements ----------------------------------------------------------------------
-# Liveness is "expires_at IS NULL OR expires_at > :now" everywhere, so an expired
-# session is invisible the instant it expires, whether or not it has been purged.
-
-_SELECT_SESSION = """
-SELECT user_id, state, version, created_at, updated_at, expires_at, event_count
-FROM agentsessions_sessions
-WHERE namespace = ? AND session_id = ? AND (expires_at IS NULL OR expires_at > ?)
-"""
-# Events come back as the stored UTF-8 bytes (CAST ... AS BLOB): pydantic-core parses
-# bytes directly, so decoding each row into a str first is wasted work (it was 40% of
-# fetching 5,500 events). Only valid when the database's text encoding is UTF-8, which
-# is SQLite's default; a UTF-16 database (set by whoever created the file) gets str.
-_SELECT_ALL_EVENTS = {
-    True: """
-SELECT CAST(data AS BLOB) FROM agentsessions_events
-WHERE namespace = ? AND session_id = ? ORDER BY position
-""",
-    False: """
-SELECT data FROM agentsessions_events
-WHERE namespace = ? AND session_id = ? ORDER BY position
-""",
-}
-_SELECT_LAST_EVENTS = {
-    True: """
-SELECT CAST(data AS BLOB) FROM agentsessions_events
-WHERE namespace = ? AND session_id = ? ORDER BY position DESC LIMIT ?
-""",
-    False: """
-SELECT data FROM agentsessions_events
-WHERE namespace = ? AND session_id = ? ORDER BY position DESC LIMIT ?
-""",
-}
-# An insert, or the replacement of an expired session with the same id; a live one
-# makes the DO UPDATE's WHERE false, so nothing changes and rowcount says so.
-_CREATE = """
-INSERT INTO agentsessions_sessions (
-    namespace, session_id, user_id, state, version,
-    created_at, updated_at, expires_at, event_count
-) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-ON CONFLICT (namespace, session_id) DO UPDATE SET
-    user_id = excluded.user_id, state = excluded.state, version = excluded.version,
-    created_at = excluded.created_at, updated_at = excluded.updated_at,
-    expires_at = excluded.expires_at, event_count = excluded.event_count, save_tokens = '',
-    first_position = 0
-WHERE agentsessions_sessions.expires_at IS NOT NULL AND agentsessions_sessions.expires_at <= ?
-"""
-_DELETE_EVENTS = "DELETE FROM agentsessions_events WHERE namespace = ? AND session_id = ?"
-_DELETE_ARCHIVE = "DELETE FROM agentsessions_archive WHERE namespace = ? AND session_id = ?"
-_SELECT_FIRST_POSITION = """
-SELECT first_position FROM agentsessions_sessions WHERE namespace = ? AND session_id = ?
-"""
-# A compaction moves the session's first position instead of renumbering what it keeps.
-_COMPACT_SESSION = """
-UPDATE agentsessions_sessions
-SET version = ?, updated_at = ?, expires_at = ?, event_count = ?,
-    save_tokens = substr(? || save_tokens, 1, ?), first_position = first_position + ?
-WHERE namespace = ? AND session_id = ? AND version = ?
-  AND (expires_at IS NULL OR expires_at > ?)
-"""
-_ARCHIVE_HEAD = """
-INSERT INTO agentsessions_archive (namespace, session_id, version, position, data)
-SELECT namespace, session_id, ?, position - ?, data FROM agentsessions_events
-WHERE namespace = ? AND session_id = ? AND position < ?
-"""
-_DELETE_EVENT_HEAD = """
-DELETE FROM agentsessions_events WHERE namespace = ? AND session_id = ? AND position < ?
-"""
-_SELECT_ARCHIVE = """
-SELECT data FROM agentsessions_archive
-WHERE namespace = ? AND session_id = ? ORDER BY version, position
-"""
-_SELECT_LIVE = """
-SELECT 1 FROM agentsessions_sessions
-WHERE namespace = ? AND session_id = ? AND (expires_at IS NULL OR expires_at > ?)
-"""
-# The version check and the write are one statement inside BEGIN IMMEDIATE: the row
-# changes only if nobody saved since the load. user_id and created_at are not written.
-_UPDATE_SESSION = """
-UPDATE agentsessions_sessions
-SET state = ?, version = ?, updated_at = ?, expires_at = ?, event_count = ?,
-    save_tokens = substr(? || save_tokens, 1, ?)
-WHERE namespace = ? AND session_id = ? AND version = ?
-  AND (expires_at IS NULL OR expires_at > ?)
-"""
-_SELECT_VERSION = """
-SELECT version, instr(save_tokens, ?) > 0, expires_at FROM agentsessions_sessions
-WHERE namespace = ? AND session_id = ?
-"""
-_DELETE_EVENT_TAIL = """
-DELETE FROM agentsessions_events WHERE namespace = ? AND session_id = ? AND position >= ?
-"""
-_INSERT_EVENT = """
-INSERT INTO agentsessions_events (namespace, session_id, position, data) VALUES (?, ?, ?, ?)
-"""
-_SELECT_EXPIRY = """
-SELECT expires_at FROM agentsessions_sessions WHERE namespace = ? AND session_id = ?
-"""
-_DELETE_SESSION = "DELETE FROM agentsessions_sessions WHERE namespace = ? AND session_id = ?"
-_COUNT_LIVE_OF_USER = """
-SELECT count(*) FROM agentsessions_sessions
-WHERE namespace = ? AND user_id = ? AND (expires_at IS NULL OR expires_at > ?)
-"""
-_DELETE_EVENTS_OF_USER = """
-DELETE FROM agentsessions_events
-WHERE namespace = ? AND session_id IN (
-    SELECT session_id FROM agentsessions_sessions WHERE namespace = ? AND user_id = ?
-)
-"""
-_DELETE_ARCHIVE_OF_USER = """
-DELETE FROM agentsessions_archive
-WHERE namespace = ? AND session_id IN (
-    SELECT session_id FROM agentsessions_sessions WHERE namespace = ? AND user_id = ?
-)
-"""
-_DELETE_SESSIONS_OF_USER = """
-DELETE FROM agentsessions_sessions WHERE namespace = ? AND user_id = ?
-"""
-_DELETE_EVENTS_OF_EXPIRED = """
-DELETE FROM agentsessions_events
-WHERE namespace = ? AND session_id IN (
-    SELECT session_id FROM agentsessions_sessions
-    WHERE namespace = ? AND expires_at IS NOT NULL AND expires_at <= ?
-)
-"""
-_DELETE_ARCHIVE_OF_EXPIRED = """
-DELETE FROM agentsessions_archive
-WHERE namespace = ? AND session_id IN (
-    SELECT session_id FROM agentsessions_sessions
-    WHERE namespace = ? AND expires_at IS NOT NULL AND expires_at <= ?
-)
-"""
-_DELETE_EXPIRED = """
-DELETE FROM agentsessions_sessions
-WHERE namespace = ? AND expires_at IS NOT NULL AND expires_at <= ?
-"""
-
-_SUMMARY = """
-SELECT session_id, user_id, created_at, updated_at, event_count, version
-FROM agentsessions_sessions
-WHERE namespace = ? AND (expires_at IS NULL OR expires_at > ?)
-"""
-_PAGE = " ORDER BY created_at DESC, session_id DESC LIMIT ?"
-_AFTER = " AND (created_at, session_id) < (?, ?)"
-_OF_USER = " AND user_id = ?"
-# The four listing queries, spelled out once: (by user?, after a cursor?) -> SQL.
-_LIST = {
-    (False, False): _SUMMARY + _PAGE,
-    (False, True): _SUMMARY + _AFTER + _PAGE,
-    (True, False): _SUMMARY + _OF_USER + _PAGE,
-    (True, True): _SUMMARY + _OF_USER + _AFTER + _PAGE,
-}
-
-
 # -- what runs in the connection thread ------------------------------------------------
 
 
@@ -223,14 +69,14 @@ def _load(
     now: int,
     utf8: bool,
 ) -> LoadedSession | None:
-    row = conn.execute(_SELECT_SESSION, (namespace, session_id, now)).fetchone()
+    row = conn.execute(sql.SELECT_SESSION, (namespace, session_id, now)).fetchone()
     if row is None:
         return None
     if last_events is None:
-        rows = conn.execute(_SELECT_ALL_EVENTS[utf8], (namespace, session_id)).fetchall()
+        rows = conn.execute(sql.SELECT_ALL_EVENTS[utf8], (namespace, session_id)).fetchall()
     elif last_events:
         rows = conn.execute(
-            _SELECT_LAST_EVENTS[utf8], (namespace, session_id, last_events)
+            sql.SELECT_LAST_EVENTS[utf8], (namespace, session_id, last_events)
         ).fetchall()
         rows.reverse()
     else:
@@ -240,13 +86,13 @@ def _load(
 
 
 def _create(conn: sqlite3.Connection, namespace: str, record: SessionRecord, now: int) -> bool:
-    cursor = conn.execute(_CREATE, (namespace, *encode_record(record, micros=True), now))
+    cursor = conn.execute(sql.CREATE, (namespace, *encode_record(record, micros=True), now))
     if cursor.rowcount == 0:
         return False
     # Either a fresh id (no events to delete: one index probe) or an expired session
     # being replaced, whose old events must go in the same transaction.
-    conn.execute(_DELETE_EVENTS, (namespace, record.session_id))
-    conn.execute(_DELETE_ARCHIVE, (namespace, record.session_id))
+    conn.execute(sql.DELETE_EVENTS, (namespace, record.session_id))
+    conn.execute(sql.DELETE_ARCHIVE, (namespace, record.session_id))
     return True
 
 
@@ -262,7 +108,7 @@ def _restore(
         return False
     if events:
         conn.executemany(
-            _INSERT_EVENT,
+            sql.INSERT_EVENT,
             [(namespace, record.session_id, event.position, event.data) for event in events],
         )
     return True
@@ -272,7 +118,7 @@ def _save(conn: sqlite3.Connection, namespace: str, request: SaveRequest, now: i
     record = request.record
     session_id = record.session_id
     cursor = conn.execute(
-        _UPDATE_SESSION,
+        sql.UPDATE_SESSION,
         (
             record.state,
             record.version,
@@ -288,22 +134,16 @@ def _save(conn: sqlite3.Connection, namespace: str, request: SaveRequest, now: i
         ),
     )
     if cursor.rowcount == 0:
-        # The token is checked only here: a save that landed has raised the version, so
-        # its retry always fails the version check first (the write lock is held).
-        row = conn.execute(_SELECT_VERSION, (request.token, namespace, session_id)).fetchone()
-        if row is not None and row[1]:
-            return  # a retry of this very save, which landed
-        if row is None or not (row[2] is None or row[2] > now):
-            raise SessionNotFoundError(session_id)
-        raise SessionConflictError(session_id, request.expected_version)
+        _check_landed(conn, namespace, request, now)
+        return
     # Positions are stored from the session's first position (0 until a compaction).
     if request.truncates or request.new_events:
-        (first,) = conn.execute(_SELECT_FIRST_POSITION, (namespace, session_id)).fetchone()
+        (first,) = conn.execute(sql.SELECT_FIRST_POSITION, (namespace, session_id)).fetchone()
     if request.truncates:
-        conn.execute(_DELETE_EVENT_TAIL, (namespace, session_id, first + request.keep))
+        conn.execute(sql.DELETE_EVENT_TAIL, (namespace, session_id, first + request.keep))
     if request.new_events:
         conn.executemany(
-            _INSERT_EVENT,
+            sql.INSERT_EVENT,
             [
                 (namespace, session_id, first + event.position, event.data)
                 for event in request.new_events
@@ -311,11 +151,26 @@ def _save(conn: sqlite3.Connection, namespace: str, request: SaveRequest, now: i
         )
 
 
+def _check_landed(
+    conn: sqlite3.Connection, namespace: str, request: SaveRequest | CompactRequest, now: int
+) -> None:
+    """After a failed version check: return if *request* landed before, else raise why.
+
+    The token is checked only here: a write that landed has raised the version, so its
+    retry always fails the version check first (the write lock is held).
+    """
+    row = conn.execute(
+        sql.SELECT_VERSION, (request.token, namespace, request.session_id)
+    ).fetchone()
+    if row is None or not row[1]:
+        raise refused(request, live=row is not None and (row[2] is None or row[2] > now))
+
+
 def _compact(conn: sqlite3.Connection, namespace: str, request: CompactRequest, now: int) -> None:
     session_id = request.session_id
     shift = request.replaced - len(request.new_events)
     cursor = conn.execute(
-        _COMPACT_SESSION,
+        sql.COMPACT_SESSION,
         (
             request.version,
             to_micros(request.updated_at),
@@ -331,23 +186,19 @@ def _compact(conn: sqlite3.Connection, namespace: str, request: CompactRequest, 
         ),
     )
     if cursor.rowcount == 0:
-        row = conn.execute(_SELECT_VERSION, (request.token, namespace, session_id)).fetchone()
-        if row is not None and row[1]:
-            return
-        if row is None or not (row[2] is None or row[2] > now):
-            raise SessionNotFoundError(session_id)
-        raise SessionConflictError(session_id, request.expected_version)
-    (first,) = conn.execute(_SELECT_FIRST_POSITION, (namespace, session_id)).fetchone()
+        _check_landed(conn, namespace, request, now)
+        return
+    (first,) = conn.execute(sql.SELECT_FIRST_POSITION, (namespace, session_id)).fetchone()
     old_first = first - shift
     cut = old_first + request.replaced
     if request.archive:
         conn.execute(
-            _ARCHIVE_HEAD, (request.expected_version, old_first, namespace, session_id, cut)
+            sql.ARCHIVE_HEAD, (request.expected_version, old_first, namespace, session_id, cut)
         )
-    conn.execute(_DELETE_EVENT_HEAD, (namespace, session_id, cut))
+    conn.execute(sql.DELETE_EVENT_HEAD, (namespace, session_id, cut))
     if request.new_events:
         conn.executemany(
-            _INSERT_EVENT,
+            sql.INSERT_EVENT,
             [
                 (namespace, session_id, first + event.position, event.data)
                 for event in request.new_events
@@ -356,35 +207,35 @@ def _compact(conn: sqlite3.Connection, namespace: str, request: CompactRequest, 
 
 
 def _archived(conn: sqlite3.Connection, namespace: str, session_id: str, now: int) -> list[str]:
-    if conn.execute(_SELECT_LIVE, (namespace, session_id, now)).fetchone() is None:
+    if conn.execute(sql.SELECT_LIVE, (namespace, session_id, now)).fetchone() is None:
         return []
-    rows = conn.execute(_SELECT_ARCHIVE, (namespace, session_id)).fetchall()
+    rows = conn.execute(sql.SELECT_ARCHIVE, (namespace, session_id)).fetchall()
     return list(map(_first, rows))
 
 
 def _delete(conn: sqlite3.Connection, namespace: str, session_id: str, now: int) -> bool:
-    row = conn.execute(_SELECT_EXPIRY, (namespace, session_id)).fetchone()
+    row = conn.execute(sql.SELECT_EXPIRY, (namespace, session_id)).fetchone()
     if row is None:
         return False
-    conn.execute(_DELETE_EVENTS, (namespace, session_id))
-    conn.execute(_DELETE_ARCHIVE, (namespace, session_id))
-    conn.execute(_DELETE_SESSION, (namespace, session_id))
+    conn.execute(sql.DELETE_EVENTS, (namespace, session_id))
+    conn.execute(sql.DELETE_ARCHIVE, (namespace, session_id))
+    conn.execute(sql.DELETE_SESSION, (namespace, session_id))
     expires = row[0]
     return expires is None or expires > now
 
 
 def _delete_user(conn: sqlite3.Connection, namespace: str, user_id: str, now: int) -> int:
-    (live,) = conn.execute(_COUNT_LIVE_OF_USER, (namespace, user_id, now)).fetchone()
-    conn.execute(_DELETE_EVENTS_OF_USER, (namespace, namespace, user_id))
-    conn.execute(_DELETE_ARCHIVE_OF_USER, (namespace, namespace, user_id))
-    conn.execute(_DELETE_SESSIONS_OF_USER, (namespace, user_id))
+    (live,) = conn.execute(sql.COUNT_LIVE_OF_USER, (namespace, user_id, now)).fetchone()
+    conn.execute(sql.DELETE_EVENTS_OF_USER, (namespace, namespace, user_id))
+    conn.execute(sql.DELETE_ARCHIVE_OF_USER, (namespace, namespace, user_id))
+    conn.execute(sql.DELETE_SESSIONS_OF_USER, (namespace, user_id))
     return int(live)
 
 
 def _purge_expired(conn: sqlite3.Connection, namespace: str, now: int) -> int:
-    conn.execute(_DELETE_EVENTS_OF_EXPIRED, (namespace, namespace, now))
-    conn.execute(_DELETE_ARCHIVE_OF_EXPIRED, (namespace, namespace, now))
-    return conn.execute(_DELETE_EXPIRED, (namespace, now)).rowcount
+    conn.execute(sql.DELETE_EVENTS_OF_EXPIRED, (namespace, namespace, now))
+    conn.execute(sql.DELETE_ARCHIVE_OF_EXPIRED, (namespace, namespace, now))
+    return conn.execute(sql.DELETE_EXPIRED, (namespace, now)).rowcount
 
 
 def _list(
@@ -401,7 +252,7 @@ def _list(
     if after is not None:
         params.extend(after)
     params.append(limit)
-    rows = conn.execute(_LIST[user_id is not None, after is not None], params).fetchall()
+    rows = conn.execute(sql.LIST[user_id is not None, after is not None], params).fetchall()
     return list(map(decode_summary, rows))
 
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from agentsessions.backend import BackendSpec, hookimpl
 
-from ._version import __version__
-
 
 @hookimpl
 def agentsessions_backends() -> list[BackendSpec]:
@@ -13,7 +11,5 @@ def agentsessions_backends() -> list[BackendSpec]:
         BackendSpec(
             schemes=("sqlite",),
             manager="agentsessions_sqlite._manager:SQLiteSessionManager",
-            distribution="agentsessions-sqlite",
-            version=__version__,
         )
     ]

@@ -35,6 +35,13 @@ grow with the conversation. An `add_items` that follows this object's `get_items
 (as a run does: read the history, then save its items) appends to the copy that read
 loaded and saves it, one round trip; only if another writer saved in between does it
 load the session's version again.
+
+Under the SDK's ``OpenAIResponsesCompactionSession`` (which calls the Responses API's
+``compact`` after a turn and replaces the stored history with its output) the
+replacement is one atomic write of the store, checked against the version the
+wrapper read: a whole history is replaced with `SessionManager.compact` (at the cost
+of what it replaces), a suffix by a save of the session; if another writer saved
+since the wrapper's read, nothing is replaced and the SDK keeps the history as it is.
 """
 
 from __future__ import annotations
@@ -151,17 +158,7 @@ class AgentSessionsSession:
         """Append *items* in one atomic save, retrying if another writer saved first."""
         if not items:
             return
-        events = []
-        for index, item in enumerate(items):
-            if not isinstance(item, dict):
-                raise InvalidItemError(
-                    f"items[{index}] is a {type(item).__name__}, not an item dict"
-                )
-            try:
-                _json.check_json(item, f"items[{index}]")
-            except SessionSerializationError as exc:
-                raise ItemSerializationError(exc.path, exc.problem) from None
-            events.append(Event(author=_author_of(item), content=item))
+        events = self._events_of(items)
         await finish_despite_cancellation(self._append(events))
 
     async def _append(self, events: list[Event]) -> None:
@@ -233,6 +230,86 @@ class AgentSessionsSession:
                 attempt = await self._after_conflict(conflict, attempt)
                 continue
             return
+
+    # -- the SDK's compaction wrapper ----------------------------------------------------
+    # OpenAIResponsesCompactionSession looks these two up on the session it wraps: with
+    # them its replacement of history is one atomic, version-checked write of the store
+    # (SessionManager.compact) instead of a clear followed by an add.
+
+    async def _atomic_replace_items(self, items: list[TResponseInputItem]) -> bool:
+        """Replace the whole history with *items* in one atomic write (False: the backend
+        cannot compact, and the SDK clears and adds instead)."""
+        if not self.manager.capabilities.compaction:
+            return False
+        events = self._events_of(items)
+        attempt = 0
+        while True:
+            session = await self._load(last_events=1)
+            try:
+                if session is None or not session.events:
+                    if events:
+                        await self._append(events)
+                    return True
+                await self.manager.compact(session, session.events[-1].id, events)
+            except SessionConflictError as conflict:
+                attempt = await self._after_conflict(conflict, attempt)
+                continue
+            self._held = None
+            return True
+
+    async def _get_compaction_snapshot(self, limit: int) -> Any:
+        """The newest *limit* items, and a replacement of a suffix of them that lands only
+        if nothing was written since this read (None: the SDK has no snapshot type)."""
+        try:
+            from agents.memory.session import _CompactionSnapshot
+        except ImportError:  # an SDK without atomic snapshots: it replaces whole histories
+            return None
+        if not self.manager.capabilities.compaction:
+            return None
+        session = await self._load(last_events=limit)
+        if session is None or not session.events:
+            return None
+        complete = session.first_event_position == 0
+        items = [cast("TResponseInputItem", event.content) for event in session.events]
+
+        async def replace_suffix(start: int, output: list[TResponseInputItem]) -> bool:
+            if not 0 <= start < len(session.events):
+                return False
+            events = self._events_of(output)
+            self._held = None
+            try:
+                if start == 0 and complete:
+                    # The whole history: a compaction through its last event, which
+                    # costs what it replaces and checks the version read above.
+                    await self.manager.compact(session, session.events[-1].id, events)
+                    return True
+                # A suffix, keeping older history the snapshot did not read: a save of
+                # the whole session at the version the snapshot read.
+                whole = await self.manager.get(self.session_id, user_id=self.user_id)
+                if whole is None or whole.version != session.version:
+                    return False
+                del whole.events[session.first_event_position + start :]
+                whole.events.extend(events)
+                await self.manager.save(whole)
+            except SessionConflictError:
+                return False
+            return True
+
+        return _CompactionSnapshot(items=items, complete=complete, replace_suffix=replace_suffix)
+
+    def _events_of(self, items: list[TResponseInputItem]) -> list[Event]:
+        events = []
+        for index, item in enumerate(items):
+            if not isinstance(item, dict):
+                raise InvalidItemError(
+                    f"items[{index}] is a {type(item).__name__}, not an item dict"
+                )
+            try:
+                _json.check_json(item, f"items[{index}]")
+            except SessionSerializationError as exc:
+                raise ItemSerializationError(exc.path, exc.problem) from None
+            events.append(Event(author=_author_of(item), content=item))
+        return events
 
     async def _load(self, *, last_events: int) -> Session | None:
         return await self.manager.get(

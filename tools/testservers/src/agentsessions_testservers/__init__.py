@@ -30,7 +30,7 @@ from ._find import (
     stop_all,
 )
 from ._mongo import SECANTUS_SPEC, ensure_secantus, start_mongo
-from ._postgres import start_postgres
+from ._postgres import PostgresStandbyPair, start_postgres, start_postgres_pair
 from ._process import ManagedServer, ServerUnavailable, free_port
 from ._redis import RedisError, redis_command, start_redis, start_redis_cluster
 from ._sentinel import SENTINEL_SERVICE, RedisSentinelServer, start_redis_sentinel
@@ -42,6 +42,7 @@ __all__ = [
     "SENTINEL_SERVICE",
     "Kind",
     "ManagedServer",
+    "PostgresStandbyPair",
     "RedisError",
     "RedisSentinelServer",
     "ServerUnavailable",
@@ -56,6 +57,7 @@ __all__ = [
     "redis_command",
     "start_mongo",
     "start_postgres",
+    "start_postgres_pair",
     "start_redis",
     "start_redis_cluster",
     "start_redis_sentinel",
