@@ -14,7 +14,9 @@ from ._api import (
     RESULTS_DIR,
     profile_operation,
     publish,
+    publish_compaction,
     publish_curves,
+    run_compaction,
     run_curves,
     run_encryption,
     run_engines,
@@ -113,6 +115,12 @@ def _parser() -> argparse.ArgumentParser:
         "tiny sizes, a smoke run); writes curves.json and curves-*.png",
     )
     parser.add_argument("--full", action="store_true", help="with --curves: the full sizes")
+    parser.add_argument(
+        "--compaction",
+        action="store_true",
+        help="run only the compaction case (5,000 events into 1 + 20 kept, and a turn "
+        "before and after; --quick: tiny sizes); writes compaction.json",
+    )
     return parser
 
 
@@ -123,6 +131,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.curves:
         return _curves(args)
+    if args.compaction:
+        return _compaction(args)
     config = config_from_args(args)
     if args.no_instrumentation:
         config = dataclasses.replace(config, overhead_turns=0)
@@ -162,6 +172,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"written to {args.out}", file=sys.stderr)
     failed = [s["label"] for s in results["stores"] if s.get("error")]
     return 1 if failed else 0
+
+
+def _compaction(args: argparse.Namespace) -> int:
+    from ._compaction import CompactionConfig, render_compaction
+
+    config = CompactionConfig.smoke() if args.quick else CompactionConfig()
+    engines = tuple(part.strip() for part in args.engines.split(",") if part.strip())
+    unknown = set(engines) - set(ENGINES)
+    if unknown:
+        print(f"unknown engine(s): {', '.join(sorted(unknown))}", file=sys.stderr)
+        return 2
+    found = asyncio.run(run_compaction(engines, config))
+    if args.no_write:
+        print(render_compaction(found))
+    else:
+        print(publish_compaction(found, args.out))
+        print(f"written to {args.out}", file=sys.stderr)
+    for item in found["skipped"]:
+        print(f"not measured: {item['engine']}: {item['reason']}", file=sys.stderr)
+    return 1 if found["errors"] else 0
 
 
 def _curves(args: argparse.Namespace) -> int:

@@ -253,3 +253,44 @@ def publish_curves(found: dict[str, Any], directory: Path = RESULTS_DIR) -> str:
                 f"{head}{_CURVES_START}\n{body}{_CURVES_END}{tail}", encoding="utf-8"
             )
     return markdown
+
+
+async def run_compaction(
+    engines: tuple[str, ...] = ENGINES, config: Any = None, log: Log | None = None
+) -> dict[str, Any]:
+    """The compaction figures (see `_compaction`) on every available engine of *engines*."""
+    from ._compaction import CompactionConfig, measure_compaction
+
+    config = config or CompactionConfig()
+    async with plan_suite(engines, peers=False) as plan:
+        found = await measure_compaction(plan.urls, config, log)
+        found["machine"] = describe_machine()
+        found["skipped"] = plan.skipped
+        return found
+
+
+_COMPACTION_START, _COMPACTION_END = "<!-- compaction:start -->", "<!-- compaction:end -->"
+
+
+def publish_compaction(found: dict[str, Any], directory: Path = RESULTS_DIR) -> str:
+    """Write compaction.json; refresh docs/benchmarks.md's compaction section when
+    writing into the default directory. Returns the Markdown."""
+    from ._compaction import render_compaction
+
+    directory.mkdir(parents=True, exist_ok=True)
+    write_results(found, directory, "compaction")
+    markdown = render_compaction(found)
+    if directory.resolve() == RESULTS_DIR and DOCS_PAGE.is_file():
+        page = DOCS_PAGE.read_text(encoding="utf-8")
+        if _COMPACTION_START in page and _COMPACTION_END in page:
+            head, _, rest = page.partition(_COMPACTION_START)
+            _, _, tail = rest.partition(_COMPACTION_END)
+            machine = found["machine"]
+            body = (
+                f"Measured {machine['date']} on {machine['cpu']}, {machine['cores']} cores.\n\n"
+                + markdown
+            )
+            DOCS_PAGE.write_text(
+                f"{head}{_COMPACTION_START}\n{body}{_COMPACTION_END}{tail}", encoding="utf-8"
+            )
+    return markdown

@@ -20,7 +20,7 @@ from agentsessions.instrumentation import (
     uninstrument,
 )
 
-WRITE_HOOKS = ("_create", "_save", "_restore")
+WRITE_HOOKS = ("_create", "_save", "_restore", "_compact")
 
 
 class Recorder:
@@ -77,6 +77,9 @@ async def test_a_plugin_sees_every_operation_with_what_it_did() -> None:
         await manager.purge_expired()
         copy = session.model_copy(update={"session_id": "copy"})
         await manager.restore(copy)
+        restored = await manager.get("copy", last_events=5)
+        assert restored is not None
+        await manager.compact(restored, restored.events[0].id, [])
     names = [op.name for op in recorder.finished]
     assert recorder.started == [
         "open",
@@ -91,6 +94,8 @@ async def test_a_plugin_sees_every_operation_with_what_it_did() -> None:
         "delete_user",
         "purge_expired",
         "restore",
+        "get",
+        "compact",
     ]
     assert sorted(names) == sorted(recorder.started)
     by_name = {op.name: op for op in recorder.finished if op.parent is None}
@@ -105,6 +110,9 @@ async def test_a_plugin_sees_every_operation_with_what_it_did() -> None:
     assert by_name["delete"].sessions == 1
     assert by_name["delete_user"].sessions == 0
     assert (by_name["restore"].session_id, by_name["restore"].user_id) == ("copy", "ada")
+    assert by_name["compact"].session_id == "copy"
+    assert by_name["compact"].events_removed == 1
+    assert by_name["compact"].version == 3
     assert (by_name["restore"].events_written, by_name["restore"].version) == (1, 2)
     assert by_name["restore"].bytes_written == len(copy.events[0].model_dump_json()) + len("{}")
     assert all(op.duration is not None and op.duration >= 0 for op in recorder.finished)

@@ -69,6 +69,7 @@ OPERATIONS = (
     "delete_user",
     "list_sessions",
     "purge_expired",
+    "compact",
 )
 #: Entry points naming instrumentation plugins, so ``instrument("name")`` finds them.
 ENTRY_POINT_GROUP = "agentsessions.instrumentation"
@@ -215,6 +216,7 @@ _DESCRIBE: dict[str, tuple[_Start, _End]] = {
     "delete_user": (_start_user, _end_count),
     "list_sessions": (_start_listing, _end_listing),
     "purge_expired": (_start_nothing, _end_count),
+    "compact": (_start_save, _end_nothing),
 }
 
 
@@ -309,11 +311,19 @@ def _count_restore(op: Operation, record: Any, events: Any, now: Any) -> None:
     _written(op, record, events)
 
 
+def _count_compact(op: Operation, request: Any, now: Any) -> None:
+    op.events_written += len(request.new_events)
+    op.bytes_written += sum(_count_bytes(e.data) for e in request.new_events)
+    op.events_removed += request.replaced
+    op.version = request.version
+
+
 # The backend hooks that write, and what each call of one wrote (counted once it returned).
 _WRITE_HOOKS: dict[str, Callable[..., None]] = {
     "_create": _count_create,
     "_save": _count_save,
     "_restore": _count_restore,
+    "_compact": _count_compact,
 }
 _WRAPPED = (*OPERATIONS, *_WRITE_HOOKS)
 

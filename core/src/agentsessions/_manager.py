@@ -57,7 +57,7 @@ from ._records import (
     encode_cursor,
     encode_event,
 )
-from ._sealed import envelope_of_text
+from ._sealed import envelope_of_text, sealed_capabilities
 from ._tracking import LoadedState, mark_loaded
 from ._urls import mask_url, scrub_secret, split_url
 
@@ -242,10 +242,10 @@ class SessionManager(abc.ABC):
     #: Where "now" comes from for every timestamp and expiry check: the system clock
     #: unless set (``connect(url, clock=...)`` or assignment); `with_options` keeps it.
     clock: Clock = SYSTEM_CLOCK
-    #: Encrypts event content and metadata and the state before the backend sees them,
-    #: and decrypts after every read (`agentsessions.encryption`); None: stored as they
-    #: are. Set by ``connect(url, encryption=...)``; `with_options` keeps it.
-    encryption: Keyring | None = None
+    _encryption: Keyring | None = None
+    #: The backend's own capabilities while encrypting (`capabilities` then states the
+    #: size limits of the plaintext whose encrypted form fits them).
+    _unsealed_capabilities: Capabilities | None = None
     #: The engine's OpenTelemetry ``db.system.name`` ("" means the URL scheme).
     db_system: ClassVar[str] = ""
     #: A server backend's default port: set, it makes instrumentation report the
@@ -304,6 +304,26 @@ class SessionManager(abc.ABC):
         other.encryption = self.encryption
         _instrumentation.inherit(self, other)
         return other
+
+    @property
+    def encryption(self) -> Keyring | None:
+        """Encrypts event content and metadata and the state before the backend sees
+        them, and decrypts after every read (`agentsessions.encryption`); None: stored
+        as they are. Set by ``connect(url, encryption=...)`` (or assigned before use);
+        `with_options` keeps it. While set, ``capabilities.max_event_bytes`` and
+        ``max_state_bytes`` are those of the plaintext whose encrypted form fits."""
+        return self._encryption
+
+    @encryption.setter
+    def encryption(self, keyring: Keyring | None) -> None:
+        own = self._unsealed_capabilities or self.capabilities
+        self._encryption = keyring
+        if keyring is None:
+            self._unsealed_capabilities = None
+            self.capabilities = own
+        else:
+            self._unsealed_capabilities = own
+            self.capabilities = sealed_capabilities(own)
 
     @property
     def url(self) -> str:
@@ -489,9 +509,9 @@ class SessionManager(abc.ABC):
         """
         checked = check_restorable(session)
         session_id = checked.record.session_id
+        self._check_event_sizes(checked.events, 0)
         events = self._seal_events(session_id, list(session.events), 0, checked.events)
         state_json = self._seal_state(session_id, checked.record.state)
-        self._check_event_sizes(events, 0)
         async with _deadline.call(self, "restore"):
             await self._ready()
             now = self.clock.now()
@@ -662,8 +682,8 @@ class SessionManager(abc.ABC):
                 if loaded.shift is None:
                     loaded.shift = await self._stored_shift(session.session_id)
                 shift = loaded.shift
+            self._check_event_sizes(new_events, keep_in_window)
             sent = self._sealed_request(request, events, keep_in_window, shift)
-            self._check_event_sizes(sent.new_events, keep_in_window)
         loaded.pending = request
         loaded.sent = sent
         try:
@@ -753,8 +773,8 @@ class SessionManager(abc.ABC):
         # With encryption the kept events stay sealed where they were: their positions
         # move by len(replacing) - replaced, and the session's shift the other way.
         shift = (loaded.shift or 0) + replaced - len(replacing)
-        new_events = self._seal_events(session_id, replacing, 0, new_events, shift)
         self._check_event_sizes(new_events, 0)
+        new_events = self._seal_events(session_id, replacing, 0, new_events, shift)
         async with _deadline.call(self, "compact"):
             await self._ready()
             now = self.clock.now()
@@ -819,7 +839,8 @@ class SessionManager(abc.ABC):
         if keyring is None:
             return state_json
         sealed = keyring.seal_state(self.options.namespace, session_id, state_json)
-        check_size(sealed, self.capabilities.max_state_bytes, "state")
+        own = self._unsealed_capabilities or self.capabilities
+        check_size(sealed, own.max_state_bytes, "state (encrypted)")
         return sealed
 
     def _open_state(self, session_id: str, stored: str) -> str:
@@ -850,19 +871,16 @@ class SessionManager(abc.ABC):
         if keyring is None:
             return records
         namespace = self.options.namespace
-        return [
-            EventRecord(
-                record.position,
-                keyring.seal_event(
-                    namespace,
-                    session_id,
-                    events[start + index],
-                    record.position + shift,
-                    record.data,
-                ),
+        limit = (self._unsealed_capabilities or self.capabilities).max_event_bytes
+        sealed = []
+        for index, record in enumerate(records):
+            data = keyring.seal_event(
+                namespace, session_id, events[start + index], record.position + shift, record.data
             )
-            for index, record in enumerate(records)
-        ]
+            # Cannot fail when the plaintext was checked against `capabilities`: a guard.
+            check_size(data, limit, f"events[{start + index}] (encrypted)")
+            sealed.append(EventRecord(record.position, data))
+        return sealed
 
     def _open_events(
         self, session_id: str, events: list[Event], first: int
@@ -924,8 +942,8 @@ class SessionManager(abc.ABC):
                     encode_event(event, position, f"events[{position}]")
                     for position, event in enumerate(events)
                 ]
+                self._check_event_sizes(plain, 0)
                 sealed = self._seal_events(session_id, events, 0, plain)
-                self._check_event_sizes(sealed, 0)
                 state = self._seal_state(session_id, self._open_state(session_id, record.state))
                 request = SaveRequest(
                     record=replace(

@@ -32,7 +32,7 @@ __all__ = ["OpenTelemetry"]
 _SCHEMA_URL = "https://opentelemetry.io/schemas/1.33.0"
 # The buckets the semantic conventions advise for db.client.operation.duration.
 _DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0)
-_WRITES = frozenset({"create", "restore", "save"})
+_WRITES = frozenset({"create", "restore", "save", "compact"})
 _METRIC_KEYS = ("db.system.name", "server.address", "server.port", "db.namespace")
 
 
