@@ -17,10 +17,12 @@ from typing import Any
 import pytest
 from agentsessions import (
     BackendUnavailableError,
+    Capabilities,
     Event,
     InvalidOptionError,
     MemorySessionManager,
     SessionDecryptionError,
+    SessionTooLargeError,
     connect,
 )
 from agentsessions._json import INT64_MAX, INT64_MIN
@@ -496,3 +498,36 @@ def test_sealed_events_name_only_what_stays_clear() -> None:
     opened, shift = ring.open_events("ns", "s", [stored], 0)
     assert opened[0].model_dump() == event.model_dump()
     assert shift == 0
+
+
+class _LimitedMemory(MemorySessionManager):
+    capabilities = Capabilities(
+        persistent=False, shared=True, max_event_bytes=20_000, max_state_bytes=9_000
+    )
+
+
+async def test_size_limits_are_those_of_the_plaintext_that_fits_once_encrypted() -> None:
+    manager = _LimitedMemory(fresh_url())
+    manager.encryption = keyring(k1=os.urandom(32))
+    limit = manager.capabilities.max_event_bytes
+    assert limit is not None and 10_000 < limit < 15_000  # about 3/4, less the clear fields
+    assert manager.with_options().capabilities == manager.capabilities
+    session = await manager.create("s")
+    blank = Event(id="x" * 255, author="\x01" * 255, content="")
+    size = len(blank.model_dump_json().encode())
+    session.events.append(blank.model_copy(update={"content": "y" * (limit - size)}))
+    await manager.save(session)  # the largest event with the longest clear fields fits
+    assert len(store_of(manager)["s"].events[0].encode()) <= 20_000
+    session.events.append(Event(id="e2", author="a", content="z" * limit))
+    with pytest.raises(SessionTooLargeError, match=str(limit)):
+        await manager.save(session)
+    state_limit = manager.capabilities.max_state_bytes
+    assert state_limit is not None
+    session.events.pop()
+    session.state["big"] = "s" * (state_limit - 10)
+    await manager.save(session)
+    session.state["big"] = "s" * state_limit
+    with pytest.raises(SessionTooLargeError, match="state"):
+        await manager.save(session)
+    manager.encryption = None
+    assert manager.capabilities.max_event_bytes == 20_000

@@ -44,14 +44,6 @@ class TestMongoConformance(SessionManagerTests):
 
 
 class TestMongoEncryptedConformance(TestMongoConformance):
-    known_divergences = {  # noqa: RUF012 - the kit's own ClassVar
-        "test_event_size_limit_is_exact": (
-            "the 16 MiB document limit applies to the encrypted event, about 4/3 of its "
-            "plaintext (base64), so an event of exactly the limit is refused, naming the "
-            "limit (docs/encryption.md)"
-        )
-    }
-
     @pytest_asyncio.fixture
     async def manager(self, make_manager: ManagerFactory) -> AsyncIterator[SessionManager]:
         manager = await make_manager()

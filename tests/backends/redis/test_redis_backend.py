@@ -307,7 +307,8 @@ async def test_a_retried_save_that_already_landed_is_not_a_conflict(
     session = await manager.create("retry")
     keys = [*session_keys(manager, "retry"), manager.keys.session("retry").archive]
     token = b"0123456789abcdef0123456789abcdef"
-    args = [1, 1, token, 0, "{}", 2, 2_000_000, "", "", 1, '{"id":"e","author":"a"}']
+    lineage = "0123456789abcdef"
+    args = [1, 1, token, 0, "{}", 2, 2_000_000, "", "", 1, lineage, '{"id":"e","author":"a"}']
     assert await manager._link.save(keys, args) == 1
     assert await manager._link.save(keys, args) == 1
     assert await manager.client.llen(keys[1]) == 1
