@@ -487,6 +487,57 @@ class UpdateRetriesStaleCopyManager(MemorySessionManager, Broken):
         raise AssertionError("unreachable")
 
 
+# -- retries that read only what changed (_load_since) -----------------------------------
+
+
+class SinceIgnoresLineageManager(MemorySessionManager, Broken):
+    """_load_since() extends any copy whose count the history has reached, without
+    checking the lineage: a rewritten or re-created history is glued onto the old copy."""
+
+    caught_by = frozenset(
+        {
+            "test_load_since_after_a_rewrite_returns_every_event",
+            "test_update_retry_sees_a_rewritten_history",
+            "test_update_retry_sees_a_session_deleted_and_created_again",
+        }
+    )
+
+    async def _load_since(
+        self, session_id: str, event_count: int, lineage: str, now: datetime
+    ) -> LoadedSession | None:
+        with self._store.lock:
+            stored = _live(self._space.get(session_id), now)
+            if stored is None:
+                return None
+            record = replace(stored.record, lineage=lineage)
+            texts = stored.events[event_count:]
+        return LoadedSession(record, decode_events(texts))
+
+
+class CompactKeepsLineageManager(MemorySessionManager, Broken):
+    """compact() leaves the lineage as it was: the replaced prefix is taken for the
+    old one by a copy loaded before the compaction."""
+
+    caught_by = frozenset({"test_update_retry_sees_a_compacted_history"})
+
+    async def _compact(self, request: CompactRequest, now: datetime) -> None:
+        with self._store.lock:
+            stored = _live(self._space.get(request.session_id), now)
+            lineage = "" if stored is None else stored.record.lineage
+        await super()._compact(replace(request, lineage=lineage), now)
+
+
+class SinceOverlapsManager(MemorySessionManager, Broken):
+    """_load_since() returns the events from the copy's last one on (one too many)."""
+
+    caught_by = frozenset({"test_load_since_returns_the_events_after_the_copy_or_all"})
+
+    async def _load_since(
+        self, session_id: str, event_count: int, lineage: str, now: datetime
+    ) -> LoadedSession | None:
+        return await super()._load_since(session_id, max(0, event_count - 1), lineage, now)
+
+
 # -- delete ------------------------------------------------------------------------------
 
 
@@ -920,8 +971,7 @@ class _SQLiteBroken(SQLiteSessionManager):
     """A SQLite backend whose hooks run one replaced statement function."""
 
     async def _write(self, fn: Any, *args: Any) -> Any:
-        writer, _ = self._links()
-        return await writer.write(fn, self.options.namespace, *args)
+        return await self._writer.write(fn, self.options.namespace, *args)
 
 
 def _delete_row_only(conn: sqlite3.Connection, ns: str, session_id: str, now: int) -> bool:
@@ -1045,6 +1095,7 @@ def _create_keeping_events(
             to_micros(record.updated_at),
             None if record.expires_at is None else to_micros(record.expires_at),
             record.event_count,
+            record.lineage,
             now,
         ),
     )
@@ -1083,6 +1134,25 @@ class SQLiteNoVersionCheckManager(_SQLiteBroken, Broken):
         loaded = await self._load(request.record.session_id, 0, now)
         if loaded is not None:
             request = replace(request, expected_version=loaded.record.version)
+        await super()._save(request, now)
+
+
+class SQLiteSaveKeepsLineageManager(_SQLiteBroken, Broken):
+    """A save never writes the lineage column (the UPDATE leaves it as created), so a
+    history rewritten by a save still looks like an extension of older copies."""
+
+    caught_by = frozenset(
+        {
+            "test_load_since_after_a_rewrite_returns_every_event",
+            "test_update_retry_sees_a_rewritten_history",
+        }
+    )
+
+    async def _save(self, request: SaveRequest, now: datetime) -> None:
+        stored = await self._load(request.record.session_id, 0, now)
+        if stored is not None:
+            record = replace(request.record, lineage=stored.record.lineage)
+            request = replace(request, record=record)
         await super()._save(request, now)
 
 

@@ -34,8 +34,13 @@ RECORD = SessionRecord("s1", "ada", '{"a":1}', 3, WHEN, WHEN + timedelta(seconds
 def test_a_record_round_trips_through_its_row() -> None:
     assert decode_record(encode_record(RECORD)) == RECORD
     row = encode_record(RECORD, micros=True)
-    assert row == ("s1", "ada", '{"a":1}', 3, to_micros(WHEN), to_micros(WHEN) + 10**6, None, 7)
+    assert row == (
+        "s1", "ada", '{"a":1}', 3, to_micros(WHEN), to_micros(WHEN) + 10**6, None, 7, "",
+    )  # fmt: skip
     assert decode_record(row) == RECORD
+    with_lineage = SessionRecord(*encode_record(RECORD)[:8], "0123456789abcdef")
+    assert decode_record(encode_record(with_lineage)) == with_lineage
+    assert decode_record(row[:8]).lineage == ""  # a row without the column: unknown
 
 
 def test_a_row_of_bytes_and_digits_decodes() -> None:

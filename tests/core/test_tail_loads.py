@@ -16,17 +16,24 @@ from agentsessions.backend import LoadedSession
 
 
 class LoadSpy(MemorySessionManager):
-    """The memory backend, recording the ``last_events`` of every load it is asked for."""
+    """The memory backend, recording the ``last_events`` of every load it is asked for
+    (and, as ``("since", n)``, each read of what followed a copy of *n* events)."""
 
     def __init__(self, url: str = "memory://") -> None:
         super().__init__(url, None)
-        self.loads: list[int | None] = []
+        self.loads: list[int | tuple[str, int] | None] = []
 
     async def _load(
         self, session_id: str, last_events: int | None, now: datetime
     ) -> LoadedSession | None:
         self.loads.append(last_events)
         return await super()._load(session_id, last_events, now)
+
+    async def _load_since(
+        self, session_id: str, event_count: int, lineage: str, now: datetime
+    ) -> LoadedSession | None:
+        self.loads.append(("since", event_count))
+        return await super()._load_since(session_id, event_count, lineage, now)
 
 
 async def _stored(manager: LoadSpy, count: int, session_id: str = "s") -> None:
@@ -83,8 +90,10 @@ async def test_update_with_last_events_reloads_the_tail_on_each_conflict() -> No
     manager = LoadSpy()
     await _stored(manager, 3)
     rivals = iter(["rival 1", "rival 2"])
+    windows: list[tuple[int, list[object]]] = []
 
     async def interfere_twice(session: Session) -> None:
+        windows.append((session.first_event_position, [event.content for event in session.events]))
         rival = next(rivals, None)
         if rival is not None:
             other = await manager.get("s")  # a full load: recorded as None
@@ -94,7 +103,10 @@ async def test_update_with_last_events_reloads_the_tail_on_each_conflict() -> No
         session.add_event("agent", "mine")
 
     await manager.update("s", interfere_twice, last_events=1, retries=2)
-    assert manager.loads == [1, None, 1, None, 1]
+    # Each retry reads only the events after the copy that lost (4, then 5 of them),
+    # and still hands fn the newest one alone.
+    assert manager.loads == [1, None, ("since", 3), None, ("since", 4)]
+    assert windows == [(2, [2]), (3, ["rival 1"]), (4, ["rival 2"])]
     assert await _contents(manager) == [0, 1, 2, "rival 1", "rival 2", "mine"]
 
 

@@ -477,6 +477,7 @@ class SessionManager(abc.ABC):
             updated_at=now,
             expires_at=self._expiry(now),
             event_count=0,
+            lineage=new_lineage(),
         )
         await self._create(record, now)
         session = Session.model_construct(
@@ -488,7 +489,7 @@ class SessionManager(abc.ABC):
             updated_at=now,
             version=1,
         )
-        mark_loaded(session)
+        mark_loaded(session, lineage=record.lineage)
         return session
 
     async def restore(self, session: Session) -> Session:
@@ -514,7 +515,12 @@ class SessionManager(abc.ABC):
         async with _deadline.call(self, "restore"):
             await self._ready()
             now = self.clock.now()
-            record = replace(checked.record, state=state_json, expires_at=self._expiry(now))
+            record = replace(
+                checked.record,
+                state=state_json,
+                expires_at=self._expiry(now),
+                lineage=new_lineage(),
+            )
             await self._restore(record, events, now)
         restored = Session.model_construct(
             session_id=record.session_id,
@@ -525,7 +531,7 @@ class SessionManager(abc.ABC):
             updated_at=record.updated_at,
             version=record.version,
         )
-        mark_loaded(restored)
+        mark_loaded(restored, lineage=record.lineage)
         return restored
 
     async def get(
@@ -565,7 +571,7 @@ class SessionManager(abc.ABC):
             updated_at=record.updated_at,
             version=record.version,
         )
-        mark_loaded(session, offset=offset, partial=last_events is not None)
+        mark_loaded(session, offset=offset, partial=last_events is not None, lineage=record.lineage)
         if session._loaded is not None:
             session._loaded.shift = shift
         return session
@@ -640,6 +646,7 @@ class SessionManager(abc.ABC):
         new_events = _encode_events(events, keep_in_window, keep, known)
         now = self.clock.now()
         new_version = loaded.version + 1
+        stored_count = loaded.offset + len(base)
         record = SessionRecord(
             session_id=session.session_id,
             user_id=session.user_id,
@@ -649,11 +656,13 @@ class SessionManager(abc.ABC):
             updated_at=now,
             expires_at=self._expiry(now),
             event_count=keep + len(new_events),
+            # Kept only while the stored events stay a prefix of the new history.
+            lineage=loaded.lineage if keep == stored_count else new_lineage(),
         )
         request = SaveRequest(
             record=record,
             expected_version=loaded.version,
-            stored_event_count=loaded.offset + len(base),
+            stored_event_count=stored_count,
             keep=keep,
             new_events=new_events,
             token=new_token(),
@@ -688,7 +697,7 @@ class SessionManager(abc.ABC):
             loaded.shift = 0
         session.version = new_version
         session.updated_at = now
-        loaded.saved(session, new_version, keep_in_window)
+        loaded.saved(session, new_version, keep_in_window, request.record.lineage)
 
     async def compact(
         self,
@@ -780,12 +789,13 @@ class SessionManager(abc.ABC):
                 new_events=new_events,
                 archive=archive,
                 token=new_token(),
+                lineage=new_lineage(),
             )
             await self._compact(request, now)
         session.events = [*replacing, *kept]
         session.version = request.version
         session.updated_at = now
-        mark_loaded(session)
+        mark_loaded(session, lineage=request.lineage)
         if session._loaded is not None:
             session._loaded.shift = shift
 
@@ -1007,6 +1017,7 @@ class SessionManager(abc.ABC):
             tracked=None,
             session_id=session.session_id,
             owner=weakref.ref(session),
+            lineage="",
         )
 
     def _check_event_sizes(self, events: list[EventRecord], first_index: int) -> None:
@@ -1042,15 +1053,19 @@ class SessionManager(abc.ABC):
         the end, not both (`PartialSessionError`).
         """
         async with _deadline.call(self, "update"):
+            held: LoadedState | None = None
             for attempt in range(retries + 1):
-                if create:
-                    session: Session | None = await self.get_or_create(
-                        session_id, user_id, last_events=last_events
-                    )
-                else:
+                session: Session | None = None
+                if held is not None:
+                    # A lost race: extend the copy we hold with what changed since.
+                    session = await self._reload(session_id, held, user_id, last_events)
+                if session is None and create:
+                    session = await self.get_or_create(session_id, user_id, last_events=last_events)
+                elif session is None and held is None:
                     session = await self.get(session_id, user_id=user_id, last_events=last_events)
                 if session is None:
                     raise SessionNotFoundError(session_id)
+                held = session._loaded
                 result = fn(session)
                 if inspect.isawaitable(result):
                     await result
@@ -1064,6 +1079,64 @@ class SessionManager(abc.ABC):
                     continue
                 return session
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _reload(
+        self,
+        session_id: str,
+        held: LoadedState | None,
+        user_id: str | None = None,
+        last_events: int | None = None,
+    ) -> Session | None:
+        """A fresh copy of the stored session, as `get` returns it, built from *held*.
+
+        *held* is the tracking of a copy that lost a race (its events are the stored
+        ones of its version, whatever the caller did to the copy since). While the
+        stored lineage is still the one *held* has, only the events after it are read
+        (`_load_since`); otherwise, or without a tracking, the whole history is.
+        """
+        if held is None or not held.lineage or held.session_id != session_id:
+            return await self.get(session_id, user_id=user_id, last_events=last_events)
+        held_count = held.offset + len(held.events)
+        async with _deadline.call(self, "get"):
+            await self._ready()
+            loaded = await self._load_since(session_id, held_count, held.lineage, self.clock.now())
+        if loaded is None:
+            return None
+        record = loaded.record
+        if user_id is not None and record.user_id != user_id:
+            raise SessionOwnershipError(session_id, user_id)
+        fetched = loaded.events
+        if record.lineage == held.lineage and len(fetched) == record.event_count - held_count:
+            opened, shift = self._open_events(session_id, fetched, held_count)
+            events = [*held.events, *opened]
+            offset = held.offset
+            if shift is None:  # nothing new: the held events' shift still holds
+                shift = held.shift
+        elif len(fetched) == record.event_count:
+            events, shift = self._open_events(session_id, fetched, 0)
+            offset = 0
+        else:  # neither what was asked nor the whole history: read it again, plainly
+            return await self.get(session_id, user_id=user_id, last_events=last_events)
+        partial = held.partial and offset > 0
+        if last_events is not None:
+            cut = max(0, len(events) - last_events)
+            if cut:
+                events = events[cut:]
+                offset += cut
+            partial = True
+        session = Session.model_construct(
+            session_id=record.session_id,
+            user_id=record.user_id,
+            events=events,
+            state=_json.loads(self._open_state(session_id, record.state)),
+            created_at=record.created_at,
+            updated_at=record.updated_at,
+            version=record.version,
+        )
+        mark_loaded(session, offset=offset, partial=partial, lineage=record.lineage)
+        if session._loaded is not None:
+            session._loaded.shift = shift
+        return session
 
     async def _save_until_answered(self, session: Session) -> None:
         """Save; re-send while the outcome is unknown (bounded by the call's deadline)."""
@@ -1287,6 +1360,32 @@ class SessionManager(abc.ABC):
         Raises:
             BackendUnavailableError: the engine failed.
         """
+
+    async def _load_since(
+        self, session_id: str, event_count: int, lineage: str, now: datetime
+    ) -> LoadedSession | None:
+        """Read one session for a caller whose copy lost a race: only what changed, if it can.
+
+        The caller holds the session's first *event_count* events (or the newest of
+        them), loaded or saved with *lineage* (a `SessionRecord.lineage`, never "").
+        Read the record and events as of one consistent snapshot, as `_load` does:
+
+        - if the stored lineage is *lineage* and the stored ``event_count`` is at least
+          *event_count*, return the events at positions ``>= event_count`` only (none
+          when nothing was appended): the caller's events are still the stored ones;
+        - otherwise (the history was rewritten, or the session deleted and created or
+          restored again), return every event, exactly as ``_load(session_id, None, now)``.
+
+        The default does the latter always: correct for any backend, only slower.
+
+        Returns:
+            The stored record and those events in position order, or None if no live
+            session has this id. Ownership is checked by the caller.
+
+        Raises:
+            BackendUnavailableError: the engine failed.
+        """
+        return await self._load(session_id, None, now)
 
     @abc.abstractmethod
     async def _save(self, request: SaveRequest, now: datetime) -> None:
@@ -1533,3 +1632,8 @@ async def backoff(attempt: int, cap: float = 0.05) -> None:
 def new_token() -> str:
     """A save's unique token: 128 random bits as 32 hex characters."""
     return secrets.token_hex(16)
+
+
+def new_lineage() -> str:
+    """A new `SessionRecord.lineage`: 64 random bits as 16 hex characters."""
+    return secrets.token_hex(8)

@@ -117,6 +117,18 @@ class MemorySessionManager(SessionManager):
                 )
         return LoadedSession(record, decode_events(texts))
 
+    async def _load_since(
+        self, session_id: str, event_count: int, lineage: str, now: datetime
+    ) -> LoadedSession | None:
+        with self._store.lock:
+            stored = _live(self._space.get(session_id), now)
+            if stored is None:
+                return None
+            record = stored.record
+            extends = record.lineage == lineage and record.event_count >= event_count
+            texts = stored.events[event_count:] if extends else list(stored.events)
+        return LoadedSession(record, decode_events(texts))
+
     async def _save(self, request: SaveRequest, now: datetime) -> None:
         session_id = request.record.session_id
         with self._store.lock:
@@ -159,6 +171,7 @@ class MemorySessionManager(SessionManager):
                 updated_at=request.updated_at,
                 expires_at=request.expires_at,
                 event_count=len(stored.events),
+                lineage=request.lineage,
             )
             stored.tokens.append(request.token)
 

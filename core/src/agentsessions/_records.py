@@ -100,7 +100,17 @@ class Capabilities:
 
 @dataclass(frozen=True, slots=True)
 class SessionRecord:
-    """One session's row: everything but its events. ``state`` is JSON text."""
+    """One session's row: everything but its events. ``state`` is JSON text.
+
+    ``lineage`` names the stored history: the manager renews it whenever events are
+    removed or replaced (a truncating save) and when the session is created or
+    restored, and keeps it for a save that only appends. A backend stores what it is
+    given with every create, restore and save, and returns it with every load; while
+    it is unchanged, the events a copy holds are still the stored ones, so a retry may
+    fetch only the events after them (`SessionManager._load_since`). "" means unknown:
+    such a copy is always reloaded whole, so a backend that does not store it is
+    merely slower on conflicts, never wrong.
+    """
 
     session_id: str
     user_id: str | None
@@ -110,6 +120,7 @@ class SessionRecord:
     updated_at: datetime
     expires_at: datetime | None
     event_count: int
+    lineage: str = ""
 
     def summary(self) -> SessionSummary:
         """This record as `SessionManager.list_sessions` reports it."""
@@ -127,9 +138,11 @@ def decode_record(fields: Sequence[Any]) -> SessionRecord:
     """A `SessionRecord` from an engine's row, given in the record's field order.
 
     Text may come as str or UTF-8 bytes, numbers as ints or their digits, timestamps
-    as datetimes or `to_micros` integers; a missing owner or expiry is None.
+    as datetimes or `to_micros` integers; a missing owner or expiry is None. The
+    lineage may be left out or None (then it is "", unknown).
     """
-    session_id, user_id, state, version, created, updated, expires, count = fields
+    session_id, user_id, state, version, created, updated, expires, count, *rest = fields
+    lineage = rest[0] if rest else None
     return SessionRecord(
         _text(session_id),
         None if user_id is None else _text(user_id),
@@ -139,6 +152,7 @@ def decode_record(fields: Sequence[Any]) -> SessionRecord:
         _when(updated),
         None if expires is None else _when(expires),
         int(count),
+        "" if lineage is None else _text(lineage),
     )
 
 
@@ -149,7 +163,7 @@ def encode_record(record: SessionRecord, *, micros: bool = False) -> tuple[Any, 
     if micros:
         times = tuple(None if when is None else to_micros(when) for when in times)
     head = (record.session_id, record.user_id, record.state, record.version)
-    return (*head, *times, record.event_count)
+    return (*head, *times, record.event_count, record.lineage)
 
 
 def decode_summary(fields: Sequence[Any]) -> SessionSummary:
@@ -186,7 +200,8 @@ class LoadedSession:
     """What a backend returns from a load: the record and the events it read.
 
     ``events`` are the newest ``len(events)`` events in order, so the first one sits
-    at position ``record.event_count - len(events)``.
+    at position ``record.event_count - len(events)`` (from `SessionManager._load_since`:
+    either all of them or exactly those after the caller's copy).
     """
 
     record: SessionRecord
@@ -254,7 +269,7 @@ class CompactRequest:
     2. delete those events (a range delete: O(replaced), never a rewrite of the rest),
     3. insert ``new_events`` in their place, so that they come first, in order, before
        the events that were at ``replaced ..`` (which keep their order),
-    4. write ``version``, ``updated_at``, ``expires_at`` and ``event_count`` (state,
+    4. write ``version``, ``updated_at``, ``expires_at``, ``event_count`` and ``lineage`` (state,
        ``user_id`` and ``created_at`` are not touched), and store ``token`` like a
        save's (see `SaveRequest`): a request whose token is stored landed before and
        succeeds at once without writing anything.
@@ -273,6 +288,8 @@ class CompactRequest:
     new_events: list[EventRecord]
     archive: bool = False
     token: str = ""
+    #: The new `SessionRecord.lineage` (a compaction replaces stored events): store it.
+    lineage: str = ""
 
     @property
     def event_count(self) -> int:

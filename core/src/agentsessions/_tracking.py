@@ -112,6 +112,8 @@ class LoadedState:
     session_id: str
     owner: weakref.ref[Session] | None = None  # the Session object this state tracks
     ids: set[str] | None = None  # ids of `events`, built on the first save that needs it
+    # The stored history's SessionRecord.lineage as of `version` ("" when unknown).
+    lineage: str = ""
     # The save last sent whose outcome is unknown (it failed ambiguously): re-sent,
     # token and all, when the session is saved again unchanged.
     pending: SaveRequest | None = None
@@ -136,6 +138,7 @@ class LoadedState:
             tracked=None,
             session_id=self.session_id,
             owner=weakref.ref(session),
+            lineage=self.lineage,
             shift=self.shift,
         )
 
@@ -156,8 +159,9 @@ class LoadedState:
             self.ids = set(map(_event_id, self.events))
         return self.ids
 
-    def saved(self, session: Session, version: int, kept: int) -> None:
-        """Record that *session* was saved at *version*, keeping the first *kept* events.
+    def saved(self, session: Session, version: int, kept: int, lineage: str) -> None:
+        """Record that *session* was saved at *version* with *lineage*, keeping the
+        first *kept* events.
 
         Costs what changed, not the history: the private copy is cut and extended, the
         id set extended on a pure append, and the caller's list re-baselined.
@@ -172,6 +176,7 @@ class LoadedState:
         del self.events[kept:]
         self.events.extend(added)
         self.version = version
+        self.lineage = lineage
         if current is self.tracked:
             current.reset_tracking()
         else:
@@ -179,7 +184,9 @@ class LoadedState:
             self.tracked = session.events = EventList(current)
 
 
-def mark_loaded(session: Session, *, offset: int = 0, partial: bool = False) -> None:
+def mark_loaded(
+    session: Session, *, offset: int = 0, partial: bool = False, lineage: str = ""
+) -> None:
     """Start tracking *session* as it came out of the store."""
     tracked = EventList(session.events)
     session.events = tracked
@@ -191,6 +198,7 @@ def mark_loaded(session: Session, *, offset: int = 0, partial: bool = False) -> 
         tracked=tracked,
         session_id=session.session_id,
         owner=weakref.ref(session),
+        lineage=lineage,
     )
 
 

@@ -5,7 +5,7 @@ Two collections per namespace:
 ``sessions`` -- one document per session::
 
     {_id: session_id, user_id, state: "<JSON text>", version, created_at: <int us>,
-     updated_at: <int us>, expires_at: <date> | null, event_count,
+     updated_at: <int us>, expires_at: <date> | null, event_count, lineage,
      incarnation: <ObjectId>, segments: [[start_position, <gen ObjectId>], ...],
      first: <position of the first event, absent = 0>, archives: [<writer>, ...]}
 
@@ -69,6 +69,7 @@ __all__ = [
     "expiry_date",
     "info_of",
     "is_expired",
+    "lineage_of",
     "live_filter",
     "new_event_pairs",
     "range_filter",
@@ -76,6 +77,7 @@ __all__ = [
     "segment_ranges",
     "session_doc",
     "stale_events_filter",
+    "stored_lineage",
 ]
 
 Segment = tuple[int, ObjectId]
@@ -194,6 +196,7 @@ def session_doc(record: SessionRecord, incarnation: ObjectId, gen: ObjectId) -> 
         "updated_at": to_micros(record.updated_at),
         "expires_at": expiry_date(record.expires_at),
         "event_count": record.event_count,
+        "lineage": stored_lineage(record),
         "incarnation": incarnation,
         "segments": [[0, gen]],
     }
@@ -209,7 +212,24 @@ def record_of(doc: dict[str, Any]) -> SessionRecord:
         updated_at=from_micros(doc["updated_at"]),
         expires_at=doc.get("expires_at"),
         event_count=doc["event_count"],
+        lineage=lineage_of(doc),
     )
+
+
+def stored_lineage(record: SessionRecord) -> str:
+    """What ``lineage`` holds: "<lineage>:<version it was written with>".
+
+    A release that predates the lineage saves without touching the field; the version
+    then no longer matches and `lineage_of` reads it as unknown, so such a save can
+    never pass for an append.
+    """
+    return f"{record.lineage}:{record.version}"
+
+
+def lineage_of(doc: dict[str, Any]) -> str:
+    """The session's lineage, or "" (unknown: a retry reads it whole)."""
+    lineage, _, written_at = str(doc.get("lineage", "")).rpartition(":")
+    return lineage if written_at == str(doc["version"]) else ""
 
 
 def event_docs(

@@ -97,6 +97,7 @@ from ._layout import (
     expiry_date,
     info_of,
     is_expired,
+    lineage_of,
     list_filter,
     live_filter,
     new_event_pairs,
@@ -105,6 +106,7 @@ from ._layout import (
     segment_ranges,
     session_doc,
     stale_events_filter,
+    stored_lineage,
 )
 from ._options import DEFAULT_DATABASE, MongoOptions, database_name
 
@@ -374,6 +376,24 @@ class MongoSessionManager(SessionManager):
     async def _load(
         self, session_id: str, last_events: int | None, now: datetime
     ) -> LoadedSession | None:
+        return await self._read_session(session_id, now, last_events=last_events)
+
+    async def _load_since(
+        self, session_id: str, event_count: int, lineage: str, now: datetime
+    ) -> LoadedSession | None:
+        return await self._read_session(session_id, now, since=(event_count, lineage))
+
+    async def _read_session(
+        self,
+        session_id: str,
+        now: datetime,
+        *,
+        last_events: int | None = None,
+        since: tuple[int, str] | None = None,
+    ) -> LoadedSession | None:
+        """The document, then the events it publishes from the first one wanted: the
+        newest *last_events*, or those after a copy of *since* (count, lineage) while
+        the stored lineage is that one, or all."""
         validate_id(session_id)
         for _ in range(_LOAD_ATTEMPTS):
             doc = await self._sessions.find_one({"_id": session_id})
@@ -383,7 +403,11 @@ class MongoSessionManager(SessionManager):
             info = info_of(doc)
             self._remember(session_id, info)
             count = info.event_count
-            low = 0 if last_events is None else max(0, count - last_events)
+            if since is not None:
+                held, lineage = since
+                low = held if lineage_of(doc) == lineage and count >= held else 0
+            else:
+                low = 0 if last_events is None else max(0, count - last_events)
             texts = await self._read_texts(session_id, info, low, count)
             if texts is not None:
                 return LoadedSession(record_of(doc), decode_events(texts))
@@ -488,6 +512,7 @@ class MongoSessionManager(SessionManager):
             "updated_at": to_micros(record.updated_at),
             "expires_at": expiry_date(record.expires_at),
             "event_count": record.event_count,
+            "lineage": stored_lineage(record),
         }
         if segments != info.segments:
             update["segments"] = [list(segment) for segment in segments]
@@ -610,6 +635,7 @@ class MongoSessionManager(SessionManager):
             "updated_at": to_micros(request.updated_at),
             "expires_at": expiry_date(request.expires_at),
             "event_count": request.event_count,
+            "lineage": f"{request.lineage}:{request.version}",
             "first": new_first,
             "segments": [list(segment) for segment in segments],
         }

@@ -351,14 +351,15 @@ class PostgresSessionManager(SessionManager):
             rows = await self._read(sql.load_record, self._ns, session_id, now)
         else:
             rows = await self._read(sql.load_last, self._ns, session_id, now, last_events)
-        if not rows:
-            return None
-        *fields, texts = rows[0]
-        # ARRAY(... ORDER BY position) keeps the index order without the sort that an
-        # ordered aggregate such as string_agg costs (8 ms against 6 ms at 5,000 events);
-        # the texts are then decoded in one batch.
-        events = decode_events(texts) if texts else []
-        return LoadedSession(SessionRecord(*fields), events)
+        return _loaded(rows)
+
+    async def _load_since(
+        self, session_id: str, event_count: int, lineage: str, now: datetime
+    ) -> LoadedSession | None:
+        rows = await self._read(
+            self._sql.load_since, self._ns, session_id, now, event_count, lineage
+        )
+        return _loaded(rows)
 
     @_write
     async def _save(self, request: SaveRequest, now: datetime) -> None:
@@ -377,6 +378,7 @@ class PostgresSessionManager(SessionManager):
             record.expires_at,
             record.event_count,
             request.token,
+            record.lineage,
         ]
         if new_events:
             args += [request.keep, [event.data for event in new_events]]
@@ -397,6 +399,7 @@ class PostgresSessionManager(SessionManager):
             request.token,
             request.replaced - len(request.new_events),
             [event.data for event in request.new_events],
+            request.lineage,
         ]
         if request.archive:
             args.append(request.replaced)
@@ -478,3 +481,15 @@ class PostgresSessionManager(SessionManager):
             purged += len(ids)
             if len(ids) < PURGE_BATCH:
                 return purged
+
+
+def _loaded(rows: list[asyncpg.Record]) -> LoadedSession | None:
+    """The session a load statement read (one row), or None when it found none."""
+    if not rows:
+        return None
+    *fields, texts = rows[0]
+    # ARRAY(... ORDER BY position) keeps the index order without the sort that an
+    # ordered aggregate such as string_agg costs (8 ms against 6 ms at 5,000 events);
+    # the texts are then decoded in one batch.
+    events = decode_events(texts) if texts else []
+    return LoadedSession(SessionRecord(*fields), events)

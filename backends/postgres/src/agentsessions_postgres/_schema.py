@@ -136,6 +136,14 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         )
         """,
     ),
+    # The stored history's lineage (SessionRecord.lineage); '' for sessions written
+    # before it existed, which a conflict retry then reads whole. No table rewrite.
+    4: (
+        """
+        ALTER TABLE {s}.agentsessions_sessions
+            ADD COLUMN IF NOT EXISTS lineage text NOT NULL DEFAULT ''
+        """,
+    ),
 }
 LATEST_VERSION = max(MIGRATIONS)
 
@@ -220,11 +228,11 @@ class Statements:
 
     # -- create --
     # $1 ns, then the record (encode_record): $2 id, $3 user, $4 state, $5 version,
-    # $6 created (now), $7 updated, $8 expires, $9 event count
+    # $6 created (now), $7 updated, $8 expires, $9 event count, $10 lineage
     insert_session: str = """
         INSERT INTO {s}.agentsessions_sessions (namespace, session_id, user_id, state,
-            version, created_at, updated_at, expires_at, event_count)
-        VALUES ($1, $2, $3, $4::json, $5, $6, $7, $8, $9)
+            version, created_at, updated_at, expires_at, event_count, lineage)
+        VALUES ($1, $2, $3, $4::json, $5, $6, $7, $8, $9, $10)
         ON CONFLICT (namespace, session_id) DO NOTHING
         RETURNING true
     """
@@ -232,7 +240,7 @@ class Statements:
         UPDATE {s}.agentsessions_sessions
         SET user_id = $3, state = $4::json, version = $5, event_count = $9,
             created_at = $6, updated_at = $7, expires_at = $8, save_tokens = '{}',
-            first_position = 0
+            first_position = 0, lineage = $10
         WHERE namespace = $1 AND session_id = $2 AND expires_at <= $6
         RETURNING true
     """
@@ -255,17 +263,17 @@ class Statements:
     """
 
     # -- restore: the record exactly as given, then its events, in one transaction --
-    # $1 ns, $2..$9 the record as for a create, $10 now
+    # $1 ns, $2..$9 the record as for a create, $10 lineage, $11 now
     restore_session: str = """
         INSERT INTO {s}.agentsessions_sessions (namespace, session_id, user_id, state,
-            version, created_at, updated_at, expires_at, event_count)
-        VALUES ($1, $2, $3, $4::json, $5, $6, $7, $8, $9)
+            version, created_at, updated_at, expires_at, event_count, lineage)
+        VALUES ($1, $2, $3, $4::json, $5, $6, $7, $8, $9, $10)
         ON CONFLICT (namespace, session_id) DO UPDATE SET
             user_id = excluded.user_id, state = excluded.state, version = excluded.version,
             event_count = excluded.event_count, created_at = excluded.created_at,
             updated_at = excluded.updated_at, expires_at = excluded.expires_at,
-            first_position = 0
-        WHERE {s}.agentsessions_sessions.expires_at <= $10
+            first_position = 0, save_tokens = '{}', lineage = excluded.lineage
+        WHERE {s}.agentsessions_sessions.expires_at <= $11
         RETURNING (xmax::text <> '0') AS replaced
     """
     # $1 ns, $2 id, $3 event texts (positions 0..n-1)
@@ -276,26 +284,41 @@ class Statements:
     """
 
     # -- load: one statement, so the record and its events come from one snapshot --
+    # The columns are SessionRecord's fields in order, then the events.
     # $1 ns, $2 id, $3 now [, $4 last_events]
     load_record: str = """
         SELECT session_id, user_id, state, version, created_at, updated_at, expires_at,
-               event_count,
+               event_count, lineage,
                NULL::text[] AS events
         FROM {s}.agentsessions_sessions
         WHERE namespace = $1 AND session_id = $2 AND (expires_at IS NULL OR expires_at > $3)
     """
     load_all: str = """
         SELECT session_id, user_id, state, version, created_at, updated_at, expires_at,
-               event_count,
+               event_count, lineage,
                ARRAY(SELECT e.data::text FROM {s}.agentsessions_events e
                      WHERE e.namespace = $1 AND e.session_id = $2
                      ORDER BY e.position) AS events
         FROM {s}.agentsessions_sessions
         WHERE namespace = $1 AND session_id = $2 AND (expires_at IS NULL OR expires_at > $3)
     """
+    # $4 the caller's event count, $5 its lineage: the events after them while the
+    # lineage is unchanged, else all of them (see SessionManager._load_since).
+    load_since: str = """
+        SELECT session_id, user_id, state, version, created_at, updated_at, expires_at,
+               event_count, lineage,
+               ARRAY(SELECT e.data::text FROM {s}.agentsessions_events e
+                     WHERE e.namespace = $1 AND e.session_id = $2
+                       AND e.position >= first_position
+                                         + CASE WHEN lineage = $5 AND event_count >= $4
+                                                THEN $4 ELSE 0 END
+                     ORDER BY e.position) AS events
+        FROM {s}.agentsessions_sessions
+        WHERE namespace = $1 AND session_id = $2 AND (expires_at IS NULL OR expires_at > $3)
+    """
     load_last: str = """
         SELECT session_id, user_id, state, version, created_at, updated_at, expires_at,
-               event_count,
+               event_count, lineage,
                ARRAY(SELECT w.data::text
                      FROM (SELECT e.position, e.data FROM {s}.agentsessions_events e
                            WHERE e.namespace = $1 AND e.session_id = $2
@@ -357,8 +380,8 @@ def save_statement(schema: str, *, truncate: bool, insert: bool, upsert: bool) -
 
     One statement is one implicit transaction and one round trip. Parameters: $1 ns,
     $2 id, $3 expected version, $4 now, $5 state, $6 new version, $7 expires_at,
-    $8 new event count, $9 the save's token [, $10 first new position, $11 new event
-    texts].
+    $8 new event count, $9 the save's token, $10 the lineage [, $11 first new
+    position, $12 new event texts].
 
     The update's version check is what makes a stale save fail: a concurrent save of
     the same session blocks on the row lock and then sees the new version. The event
@@ -387,7 +410,7 @@ def save_statement(schema: str, *, truncate: bool, insert: bool, upsert: bool) -
             UPDATE {s}.agentsessions_sessions
             SET state = $5::json, version = $6, updated_at = $4, expires_at = $7,
                 event_count = $8,
-                save_tokens = (ARRAY[$9::text] || save_tokens)[1:{kept}]
+                save_tokens = (ARRAY[$9::text] || save_tokens)[1:{kept}], lineage = $10
             WHERE namespace = $1 AND session_id = $2 AND version = $3
               AND (expires_at IS NULL OR expires_at > $4)
               AND NOT ($9::text = ANY(save_tokens))
@@ -411,8 +434,8 @@ def save_statement(schema: str, *, truncate: bool, insert: bool, upsert: bool) -
         parts.append(
             """, i AS (
             INSERT INTO {s}.agentsessions_events (namespace, session_id, position, data)
-            SELECT $1, $2, s.first_position + $10 + u.ord - 1, u.data::json
-            FROM s, unnest($11::text[]) WITH ORDINALITY AS u(data, ord)
+            SELECT $1, $2, s.first_position + $11 + u.ord - 1, u.data::json
+            FROM s, unnest($12::text[]) WITH ORDINALITY AS u(data, ord)
             {conflict}
         )""".replace("{conflict}", conflict)
         )
@@ -438,7 +461,8 @@ def compact_statement(schema: str, *, archive: bool) -> str:
 
     Parameters: $1 ns, $2 id, $3 expected version, $4 now, $5 new version, $6 updated,
     $7 expires_at, $8 new event count, $9 token, $10 shift (replaced - new events, what
-    the first position moves by), $11 new event texts [, $12 replaced: archive only].
+    the first position moves by), $11 new event texts, $12 lineage [, $13 replaced:
+    archive only].
 
     Only the prefix is touched: the session's first position moves by the shift, the
     rows below the new first position are deleted, and the new events take the
@@ -453,7 +477,7 @@ def compact_statement(schema: str, *, archive: bool) -> str:
             UPDATE {s}.agentsessions_sessions
             SET version = $5, updated_at = $6, expires_at = $7, event_count = $8,
                 save_tokens = (ARRAY[$9::text] || save_tokens)[1:{kept}],
-                first_position = first_position + $10
+                first_position = first_position + $10, lineage = $12
             WHERE namespace = $1 AND session_id = $2 AND version = $3
               AND (expires_at IS NULL OR expires_at > $4)
               AND NOT ($9::text = ANY(save_tokens))
@@ -476,7 +500,7 @@ def compact_statement(schema: str, *, archive: bool) -> str:
             SELECT $1, $2, $3, e.position - (s.first_position - $10), e.data
             FROM s, {s}.agentsessions_events e
             WHERE e.namespace = $1 AND e.session_id = $2
-              AND e.position < s.first_position - $10 + $12
+              AND e.position < s.first_position - $10 + $13
         )"""
         )
     parts.append(

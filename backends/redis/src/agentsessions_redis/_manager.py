@@ -259,6 +259,7 @@ class RedisSessionManager(SessionManager):
         return _Link(
             client,
             load=client.register_script(_scripts.LOAD),
+            load_since=client.register_script(_scripts.LOAD_SINCE),
             create=client.register_script(_scripts.CREATE),
             save=client.register_script(_scripts.SAVE),
             delete=client.register_script(_scripts.DELETE),
@@ -299,6 +300,7 @@ class RedisSessionManager(SessionManager):
             record.version,
             to_micros(record.updated_at),
             record.event_count,
+            record.lineage,
         ]
         args.extend(event.data for event in events)
         if not self.cluster:
@@ -339,7 +341,19 @@ class RedisSessionManager(SessionManager):
         if result is None:
             return None
         fields, texts = result
-        return LoadedSession(decode_record(fields), decode_events(texts))
+        return LoadedSession(_record(fields), decode_events(texts))
+
+    async def _load_since(
+        self, session_id: str, event_count: int, lineage: str, now: datetime
+    ) -> LoadedSession | None:
+        keys = self.keys.session(session_id)
+        result = await self._link.load_since(
+            [keys.hash, keys.events], [to_micros(now), event_count, lineage]
+        )
+        if result is None:
+            return None
+        fields, texts = result
+        return LoadedSession(_record(fields), decode_events(texts))
 
     async def _save(self, request: SaveRequest, now: datetime) -> None:
         record = request.record
@@ -354,6 +368,7 @@ class RedisSessionManager(SessionManager):
             to_micros(record.updated_at),
             *_expiry_args(record.expires_at),
             record.event_count,
+            record.lineage,
         ]
         args.extend(event.data for event in request.new_events)
         result = await self._write(
@@ -374,6 +389,7 @@ class RedisSessionManager(SessionManager):
             *_expiry_args(request.expires_at),
             request.event_count,
             "1" if request.archive else "",
+            request.lineage,
         ]
         args.extend(event.data for event in request.new_events)
         result = await self._write(
@@ -618,7 +634,7 @@ class RedisSessionManager(SessionManager):
             # and erases the session (and counts it); once Redis expires the keys, the
             # "gone" branch above drops the entry.
             return None, None
-        return decode_record(fields).summary(), None
+        return _record(fields).summary(), None
 
     async def _apply_fixes(self, fixes: list[_Fix]) -> None:
         if not fixes:
@@ -642,6 +658,7 @@ class _Link:
 
     client: Redis | RedisCluster
     load: AsyncScript
+    load_since: AsyncScript
     create: AsyncScript
     save: AsyncScript
     delete: AsyncScript
@@ -667,6 +684,19 @@ def _expiry_args(expires: datetime | None) -> tuple[int | str, int | str]:
 def _scored(pairs: Any) -> list[tuple[bytes, int]]:
     """redis-py's ZRANGE WITHSCORES reply (typed loosely by redis-py), as what it is."""
     return [(member, int(score)) for member, score in pairs]
+
+
+def _record(fields: list[bytes | None]) -> SessionRecord:
+    """The record a load script read (`_scripts.HASH_FIELDS`, ``l`` last)."""
+    return decode_record((*fields[:8], _lineage(fields[8], fields[3])))
+
+
+def _lineage(stored: bytes | None, version: bytes | None) -> str:
+    """The lineage in field ``l`` if the session's last save wrote it, else "" (unknown)."""
+    if stored is None or version is None:
+        return ""
+    lineage, _, written_at = stored.rpartition(b":")
+    return lineage.decode() if written_at == version else ""
 
 
 async def _bounded(call: Callable[[E], Awaitable[T]], items: Sequence[E]) -> list[T]:

@@ -23,17 +23,22 @@ __all__ = [
     "DELETE",
     "HASH_FIELDS",
     "LOAD",
+    "LOAD_SINCE",
     "MOVE_INDEX_ENTRY",
     "SAVE",
 ]
 
 #: The hash fields a load and a listing read, in this order.
-HASH_FIELDS = ("id", "u", "s", "v", "c", "m", "x", "n")
+HASH_FIELDS = ("id", "u", "s", "v", "c", "m", "x", "n", "l")
+
+# ``l`` holds "<lineage>:<version it was written with>". A release that predates the
+# lineage saves without touching it; the version then no longer matches and the
+# lineage reads as unknown (""), so such a save can never pass for an append.
 
 # KEYS: hash, events. ARGV: now (us), how many newest events (-1: all).
 # Returns nil if absent or expired, else {HMGET of HASH_FIELDS, event texts}.
 LOAD = """
-local rec = redis.call('HMGET', KEYS[1], 'id', 'u', 's', 'v', 'c', 'm', 'x', 'n')
+local rec = redis.call('HMGET', KEYS[1], 'id', 'u', 's', 'v', 'c', 'm', 'x', 'n', 'l')
 if not rec[1] then return false end
 if rec[7] and tonumber(rec[7]) <= tonumber(ARGV[1]) then return false end
 local last = tonumber(ARGV[2])
@@ -48,9 +53,24 @@ end
 return {rec, events}
 """
 
+# KEYS: hash, events. ARGV: now (us), the caller's event count, its lineage.
+# Returns what LOAD returns: the events after the caller's while the lineage is
+# unchanged, else all of them (see SessionManager._load_since).
+LOAD_SINCE = """
+local rec = redis.call('HMGET', KEYS[1], 'id', 'u', 's', 'v', 'c', 'm', 'x', 'n', 'l')
+if not rec[1] then return false end
+if rec[7] and tonumber(rec[7]) <= tonumber(ARGV[1]) then return false end
+local start = 0
+if rec[9] == ARGV[3] .. ':' .. rec[4] and tonumber(rec[8]) >= tonumber(ARGV[2]) then
+  start = tonumber(ARGV[2])
+end
+return {rec, redis.call('LRANGE', KEYS[2], start, -1)}
+"""
+
 # KEYS: hash, events, archive [, global index [, user index]] (indexes: standalone only).
 # ARGV: now, token, id, user ('' = none), state, created, expires (''), pexpireat (''),
-#       global index member, user index key, version, updated, event count, event texts...
+#       global index member, user index key, version, updated, event count, lineage,
+#       event texts...
 # A create passes version 1, updated = created and no events; a restore the session's own.
 # Returns {1} when created, {0, created_at of the live session} when the id is taken.
 CREATE = """
@@ -65,7 +85,7 @@ if cur[1] then
   end
 end
 local fields = {'id', ARGV[3], 's', ARGV[5], 'v', ARGV[11], 'c', ARGV[6], 'm', ARGV[12],
-                'n', ARGV[13], 't', ARGV[2]}
+                'n', ARGV[13], 't', ARGV[2], 'l', ARGV[14] .. ':' .. ARGV[11]}
 if ARGV[4] ~= '' then
   fields[#fields + 1] = 'u'; fields[#fields + 1] = ARGV[4]
   fields[#fields + 1] = 'uk'; fields[#fields + 1] = ARGV[10]
@@ -73,7 +93,7 @@ end
 if ARGV[7] ~= '' then
   fields[#fields + 1] = 'x'; fields[#fields + 1] = ARGV[7]
 end
-local first, last = 14, #ARGV
+local first, last = 15, #ARGV
 while first <= last do
   -- unpack() is bounded by the Lua C stack: push in slices.
   local stop = math.min(first + 999, last)
@@ -83,7 +103,7 @@ end
 redis.call('HSET', KEYS[1], unpack(fields))
 if ARGV[8] ~= '' then
   redis.call('PEXPIREAT', KEYS[1], ARGV[8])
-  if last >= 14 then redis.call('PEXPIREAT', KEYS[2], ARGV[8]) end
+  if last >= 15 then redis.call('PEXPIREAT', KEYS[2], ARGV[8]) end
 end
 if KEYS[4] then
   redis.call('ZADD', KEYS[4], ARGV[6], ARGV[9])
@@ -93,7 +113,8 @@ return {1}
 """
 
 # KEYS: hash, events, archive. ARGV: now, expected version, token, keep, state, version,
-#       updated, expires (''), pexpireat (''), event count, new event texts...
+#       updated, expires (''), pexpireat (''), event count, lineage, new event
+#       texts...
 # Returns 1 saved (or saved before: the token is stored), 0 absent or expired, -1
 # version conflict (nothing written).
 SAVE = """
@@ -121,7 +142,7 @@ if keep < stored then
     redis.call('LTRIM', KEYS[2], 0, keep - 1)
   end
 end
-local first, last = 11, #ARGV
+local first, last = 12, #ARGV
 while first <= last do
   -- unpack() is bounded by the Lua C stack: push in slices.
   local stop = math.min(first + 999, last)
@@ -130,13 +151,13 @@ while first <= last do
 end
 if ARGV[8] ~= '' then
   redis.call('HSET', KEYS[1], 's', ARGV[5], 'v', ARGV[6], 'm', ARGV[7], 'n', ARGV[10],
-             't', tokens, 'x', ARGV[8])
+             't', tokens, 'l', ARGV[11] .. ':' .. ARGV[6], 'x', ARGV[8])
   redis.call('PEXPIREAT', KEYS[1], ARGV[9])
   redis.call('PEXPIREAT', KEYS[2], ARGV[9])
   redis.call('PEXPIREAT', KEYS[3], ARGV[9])
 else
   redis.call('HSET', KEYS[1], 's', ARGV[5], 'v', ARGV[6], 'm', ARGV[7], 'n', ARGV[10],
-             't', tokens)
+             't', tokens, 'l', ARGV[11] .. ':' .. ARGV[6])
   if cur[3] then
     -- Keys carry a TTL only while the hash holds 'x' (every script sets both
     -- together), so a session saved without ttl before has nothing to persist.
@@ -151,7 +172,7 @@ return 1
 
 # KEYS: hash, events, archive. ARGV: now, expected version, token, replaced, version,
 #       updated, expires (''), pexpireat (''), event count, archive ('1' or ''),
-#       new event texts...
+#       lineage, new event texts...
 # Returns as SAVE. The replaced head is trimmed off (LTRIM is O(removed)) after being
 # copied, server-side, to the archive list when asked; the new events go in front.
 COMPACT = """
@@ -179,14 +200,15 @@ else
 end
 -- LPUSH puts each value in front of the previous one: push the newest first.
 local last = #ARGV
-while last >= 11 do
-  local first = math.max(last - 999, 11)
+while last >= 12 do
+  local first = math.max(last - 999, 12)
   local slice = {}
   for i = last, first, -1 do slice[#slice + 1] = ARGV[i] end
   redis.call('LPUSH', KEYS[2], unpack(slice))
   last = first - 1
 end
-redis.call('HSET', KEYS[1], 'v', ARGV[5], 'm', ARGV[6], 'n', ARGV[9], 't', tokens)
+redis.call('HSET', KEYS[1], 'v', ARGV[5], 'm', ARGV[6], 'n', ARGV[9], 't', tokens,
+           'l', ARGV[11] .. ':' .. ARGV[5])
 if ARGV[7] ~= '' then
   redis.call('HSET', KEYS[1], 'x', ARGV[7])
   redis.call('PEXPIREAT', KEYS[1], ARGV[8])

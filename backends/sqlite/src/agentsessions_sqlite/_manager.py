@@ -85,6 +85,29 @@ def _load(
     return LoadedSession(decode_record((session_id, *row)), decode_events(list(map(_first, rows))))
 
 
+def _load_since(
+    conn: sqlite3.Connection,
+    namespace: str,
+    session_id: str,
+    event_count: int,
+    lineage: str,
+    now: int,
+    utf8: bool,
+) -> LoadedSession | None:
+    # The caller runs this in one read transaction: the record and the events agree.
+    row = conn.execute(sql.SELECT_SESSION, (namespace, session_id, now)).fetchone()
+    if row is None:
+        return None
+    record = decode_record((session_id, *row))
+    start = event_count if record.lineage == lineage and record.event_count >= event_count else 0
+    # Stored positions count from the session's first position (moved by compaction).
+    (first,) = conn.execute(sql.SELECT_FIRST_POSITION, (namespace, session_id)).fetchone()
+    rows = conn.execute(
+        sql.SELECT_EVENTS_FROM[utf8], (namespace, session_id, first + start)
+    ).fetchall()
+    return LoadedSession(record, decode_events(list(map(_first, rows))))
+
+
 def _create(conn: sqlite3.Connection, namespace: str, record: SessionRecord, now: int) -> bool:
     cursor = conn.execute(sql.CREATE, (namespace, *encode_record(record, micros=True), now))
     if cursor.rowcount == 0:
@@ -127,6 +150,7 @@ def _save(conn: sqlite3.Connection, namespace: str, request: SaveRequest, now: i
             record.event_count,
             request.token,
             _TOKEN_CHARS,
+            record.lineage,
             namespace,
             session_id,
             request.expected_version,
@@ -179,6 +203,7 @@ def _compact(conn: sqlite3.Connection, namespace: str, request: CompactRequest, 
             request.token,
             _TOKEN_CHARS,
             shift,
+            request.lineage,
             namespace,
             session_id,
             request.expected_version,
@@ -400,6 +425,19 @@ class SQLiteSessionManager(SessionManager):
             self.options.namespace,
             session_id,
             last_events,
+            to_micros(now),
+            self._utf8,
+        )
+
+    async def _load_since(
+        self, session_id: str, event_count: int, lineage: str, now: datetime
+    ) -> LoadedSession | None:
+        return await self._reader.read(
+            _load_since,
+            self._ns,
+            session_id,
+            event_count,
+            lineage,
             to_micros(now),
             self._utf8,
         )

@@ -95,6 +95,9 @@ MIGRATIONS: list[Sequence[str]] = [
         ) WITHOUT ROWID
         """,
     ),
+    # The stored history's lineage (SessionRecord.lineage); '' for sessions written
+    # before it existed, which a conflict retry then reads whole.
+    ("ALTER TABLE agentsessions_sessions ADD COLUMN lineage TEXT NOT NULL DEFAULT ''",),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

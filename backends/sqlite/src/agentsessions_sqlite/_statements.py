@@ -29,6 +29,7 @@ __all__ = [
     "PAGE",
     "SELECT_ALL_EVENTS",
     "SELECT_ARCHIVE",
+    "SELECT_EVENTS_FROM",
     "SELECT_EXPIRY",
     "SELECT_FIRST_POSITION",
     "SELECT_LAST_EVENTS",
@@ -40,7 +41,7 @@ __all__ = [
 ]
 
 SELECT_SESSION = """
-SELECT user_id, state, version, created_at, updated_at, expires_at, event_count
+SELECT user_id, state, version, created_at, updated_at, expires_at, event_count, lineage
 FROM agentsessions_sessions
 WHERE namespace = ? AND session_id = ? AND (expires_at IS NULL OR expires_at > ?)
 """
@@ -58,6 +59,17 @@ SELECT data FROM agentsessions_events
 WHERE namespace = ? AND session_id = ? ORDER BY position
 """,
 }
+# The events from a position on (what follows a copy that lost a race).
+SELECT_EVENTS_FROM = {
+    True: """
+SELECT CAST(data AS BLOB) FROM agentsessions_events
+WHERE namespace = ? AND session_id = ? AND position >= ? ORDER BY position
+""",
+    False: """
+SELECT data FROM agentsessions_events
+WHERE namespace = ? AND session_id = ? AND position >= ? ORDER BY position
+""",
+}
 SELECT_LAST_EVENTS = {
     True: """
 SELECT CAST(data AS BLOB) FROM agentsessions_events
@@ -73,13 +85,13 @@ WHERE namespace = ? AND session_id = ? ORDER BY position DESC LIMIT ?
 CREATE = """
 INSERT INTO agentsessions_sessions (
     namespace, session_id, user_id, state, version,
-    created_at, updated_at, expires_at, event_count
-) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+    created_at, updated_at, expires_at, event_count, lineage
+) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (namespace, session_id) DO UPDATE SET
     user_id = excluded.user_id, state = excluded.state, version = excluded.version,
     created_at = excluded.created_at, updated_at = excluded.updated_at,
     expires_at = excluded.expires_at, event_count = excluded.event_count, save_tokens = '',
-    first_position = 0
+    lineage = excluded.lineage, first_position = 0
 WHERE agentsessions_sessions.expires_at IS NOT NULL AND agentsessions_sessions.expires_at <= ?
 """
 DELETE_EVENTS = "DELETE FROM agentsessions_events WHERE namespace = ? AND session_id = ?"
@@ -91,7 +103,8 @@ SELECT first_position FROM agentsessions_sessions WHERE namespace = ? AND sessio
 COMPACT_SESSION = """
 UPDATE agentsessions_sessions
 SET version = ?, updated_at = ?, expires_at = ?, event_count = ?,
-    save_tokens = substr(? || save_tokens, 1, ?), first_position = first_position + ?
+    save_tokens = substr(? || save_tokens, 1, ?), first_position = first_position + ?,
+    lineage = ?
 WHERE namespace = ? AND session_id = ? AND version = ?
   AND (expires_at IS NULL OR expires_at > ?)
 """
@@ -116,7 +129,7 @@ WHERE namespace = ? AND session_id = ? AND (expires_at IS NULL OR expires_at > ?
 UPDATE_SESSION = """
 UPDATE agentsessions_sessions
 SET state = ?, version = ?, updated_at = ?, expires_at = ?, event_count = ?,
-    save_tokens = substr(? || save_tokens, 1, ?)
+    save_tokens = substr(? || save_tokens, 1, ?), lineage = ?
 WHERE namespace = ? AND session_id = ? AND version = ?
   AND (expires_at IS NULL OR expires_at > ?)
 """

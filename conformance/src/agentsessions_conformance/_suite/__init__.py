@@ -23,6 +23,7 @@ from ._tests_listing import ListingTests
 from ._tests_loops import LoopTests
 from ._tests_misuse import MisuseFuzzTests, MisuseTests
 from ._tests_model import ModelTests
+from ._tests_refresh import RefreshTests
 from ._tests_restore import RestoreTests
 from ._tests_save import SaveTests
 from ._tests_ttl import TtlTests
@@ -49,6 +50,7 @@ class SessionManagerTests(
     ListingTests,
     ErasureTests,
     DeleteTests,
+    RefreshTests,
     UpdateTests,
     SaveTests,
     GetTests,

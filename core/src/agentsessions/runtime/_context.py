@@ -380,9 +380,11 @@ class ExecutionContext(EventsAndState):
         self, ours: Session, added: list[Event], conflict: SessionConflictError
     ) -> Session:
         assert self._manager is not None
+        held = ours._loaded  # what the store held when our save was built
         for attempt in range(MERGE_RETRIES):
-            fresh = await self._manager.get(
-                ours.session_id, user_id=self._user_id, last_events=self._last_events
+            # Only what changed since the copy we hold is read, when that is safe.
+            fresh = await self._manager._reload(
+                ours.session_id, held, self._user_id, self._last_events
             )
             if fresh is None:
                 # Deleted meanwhile: re-creating it would resurrect what the user erased.
@@ -392,6 +394,7 @@ class ExecutionContext(EventsAndState):
             try:
                 await self._manager.save(fresh)
             except SessionConflictError:
+                held = fresh._loaded
                 await backoff(attempt)
                 continue
             return fresh
