@@ -458,3 +458,22 @@ def test_redis_unix_is_the_socket_scheme_and_unix_is_deprecated(tmp_path: Path) 
     # No server on that socket: redis-py was handed a Unix socket path, not a host.
     with pytest.raises(BackendUnavailableError, match=r"absent\.sock|No such file"):
         asyncio.run(open_it())
+
+
+async def test_the_archive_expires_with_the_session(deployment: Factory) -> None:
+    manager: RedisSessionManager = await deployment(ttl=60)
+    session = await manager.create("archived", "someone")
+    for index in range(5):
+        session.add_event("user", index)
+    await manager.save(session)
+    await manager.compact(session, session.events[2].id, [], archive=True)
+    keys = manager.keys.session("archived")
+    client = manager.client
+    times = [int(await client.pexpiretime(key)) for key in (keys.hash, keys.events, keys.archive)]
+    assert times[0] > 0 and len(set(times)) == 1, "the archive must expire with the session"
+    await asyncio.sleep(0.01)
+    session.add_event("user", "later")
+    await manager.save(session)
+    later = [int(await client.pexpiretime(key)) for key in (keys.hash, keys.events, keys.archive)]
+    assert later[0] > times[0] and len(set(later)) == 1, "a save must refresh the archive too"
+    assert [event.content for event in await manager.archived_events("archived")] == [0, 1, 2]
