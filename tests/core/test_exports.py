@@ -18,7 +18,13 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PUBLIC_MODULES = [agentsessions, agentsessions.backend, agentsessions.runtime, agentsessions.sync]
 # Distributions built on core: they must need nothing that lives only in a private module.
-DEPENDENTS = ["backends", "conformance/src", "bench/agentsessions_bench", "tools/testservers/src"]
+DEPENDENTS = [
+    "backends",
+    "cli/src",
+    "conformance/src",
+    "bench/agentsessions_bench",
+    "tools/testservers/src",
+]
 
 
 @pytest.mark.parametrize("module", PUBLIC_MODULES)
