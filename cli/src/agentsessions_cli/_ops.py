@@ -24,13 +24,13 @@ from agentsessions import (
     SessionManager,
     SessionSerializationError,
     SessionSummary,
+    backend_problems,
+    check_restorable,
     installed_backends,
 )
 
 # Not public API of core: the same release's internals (this distribution pins core's
 # minor version), kept private there so the library's surface stays the contract.
-from agentsessions._manager import check_restorable
-from agentsessions._registry import backend_problems, scheme_of
 from rich import box
 from rich.progress import (
     BarColumn,
@@ -211,7 +211,7 @@ def _connect_to_read(url: str) -> SessionManager:
     manager = connect(url)
     path = getattr(manager, "path", None)
     if (
-        scheme_of(url) == "sqlite"
+        url.partition("://")[0].lower() == "sqlite"  # connect() accepted it as a URL
         and isinstance(path, str)
         and not getattr(manager, "in_memory", False)
         and not os.path.exists(path)

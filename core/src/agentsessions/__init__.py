@@ -31,12 +31,14 @@ from ._errors import (
     UnknownBackendError,
 )
 from ._instrumentation import instrument, uninstrument
-from ._manager import ManagerOptions, SessionManager
+from ._manager import ManagerOptions, SessionManager, check_restorable
 from ._memory import MemorySessionManager
 from ._models import Event, Session, SessionPage, SessionSummary
 from ._records import Capabilities
 from ._registry import (
+    BackendProblem,
     BackendSpec,
+    backend_problems,
     connect,
     installed_backends,
     register_backend,
@@ -46,24 +48,33 @@ from ._urls import mask_url
 from ._version import __version__
 
 __all__ = [
+    "__version__",
+    "backend_problems",
     "BackendAuthenticationError",
-    "DatabaseNotFoundError",
     "BackendConflictError",
     "BackendPluginError",
+    "BackendProblem",
     "BackendReadOnlyError",
     "BackendSpec",
     "BackendTimeoutError",
     "BackendUnavailableError",
     "Capabilities",
+    "check_restorable",
     "Clock",
+    "connect",
+    "DatabaseNotFoundError",
     "Event",
+    "installed_backends",
+    "instrument",
     "InvalidInputError",
     "InvalidOptionError",
     "InvalidSessionIdError",
     "ManagerClosedError",
     "ManagerOptions",
+    "mask_url",
     "MemorySessionManager",
     "PartialSessionError",
+    "register_backend",
     "Session",
     "SessionConflictError",
     "SessionDecryptionError",
@@ -78,13 +89,7 @@ __all__ = [
     "SessionTooLargeError",
     "StorageFullError",
     "SystemClock",
-    "UnknownBackendError",
-    "__version__",
-    "connect",
-    "installed_backends",
-    "instrument",
-    "mask_url",
-    "register_backend",
     "uninstrument",
+    "UnknownBackendError",
     "unregister_backend",
 ]
