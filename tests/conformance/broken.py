@@ -169,6 +169,22 @@ class SaveChangesOwnerManager(MemorySessionManager, Broken):
             stored.events.extend(event.data for event in request.new_events)
 
 
+class EarlierLifeSaveManager(MemorySessionManager, Broken):
+    """save() checks the version alone: a copy of an earlier life of the id (deleted or
+    expired, then created again) lands where its version matches the new life's."""
+
+    caught_by = frozenset(
+        {
+            "test_save_copy_of_earlier_life_raises_conflict",
+            "test_state_machine_agrees_with_the_reference",
+        }
+    )
+
+    async def _save(self, request: SaveRequest, now: datetime) -> None:
+        # The version check as it was before lineages were compared.
+        await super()._save(replace(request, expected_lineage=""), now)
+
+
 class SaveRevivesExpiredManager(MemorySessionManager, Broken):
     """save() of an expired session lands (the version check forgets the expiry)."""
 
@@ -1170,6 +1186,16 @@ class CompactIgnoresVersionManager(MemorySessionManager, Broken):
             stored = _live(self._space.get(request.session_id), now)
             current = request.expected_version if stored is None else stored.record.version
         await super()._compact(replace(request, expected_version=current), now)
+
+
+class CompactEarlierLifeManager(MemorySessionManager, Broken):
+    """compact() checks the version alone: a copy of an earlier life of the id compacts
+    the new life where the versions match."""
+
+    caught_by = frozenset({"test_compact_copy_of_earlier_life_raises_conflict"})
+
+    async def _compact(self, request: CompactRequest, now: datetime) -> None:
+        await super()._compact(replace(request, expected_lineage=""), now)
 
 
 class CompactAlwaysArchivesManager(MemorySessionManager, Broken):

@@ -25,6 +25,7 @@ from agentsessions import (
     Event,
     MemorySessionManager,
     Session,
+    SessionConflictError,
     SessionError,
     SessionManager,
     SessionSummary,
@@ -151,9 +152,14 @@ def _machine(config: MachineConfig) -> type[RuleBasedStateMachine]:
             return got[1], want[1]
 
         def life(self, session_id: str) -> object:
-            """The reference's stored object for *session_id*: a new one per create."""
+            """The reference's stored object for *session_id*, None when it is absent or
+            expired: a new object per create, so it names the life of the id."""
             space = self.reference._store.spaces.get(self.reference.options.namespace, {})  # type: ignore[attr-defined]
-            return space.get(session_id)
+            stored = space.get(session_id)
+            if stored is None:
+                return None
+            expires = stored.record.expires_at
+            return None if expires is not None and expires <= config.clock.now() else stored
 
         def hold(self, got: Any, want: Any) -> None:
             if isinstance(got, Session) and isinstance(want, Session):
@@ -237,14 +243,9 @@ def _machine(config: MachineConfig) -> type[RuleBasedStateMachine]:
             index = pick % len(self.held)
             got_copy, want_copy, life = self.held[index]
             now_life = self.life(want_copy.session_id)
-            if now_life is not None and now_life is not life:
-                # A copy of an earlier life of the id (deleted or expired, then created
-                # again): where its version number matches the new life's, backends
-                # differ today (see the kit README, "Known gaps"); not compared here.
-                # By position: list.remove() would compare sessions by value, which
-                # recurses through their save-tracking.
-                del self.held[index]
-                return
+            # A copy of an earlier life of the id (deleted or expired, then created
+            # again) is stale even where its version matches the new life's.
+            earlier_life = now_life is not None and now_life is not life
             events: list[Event] = []
             if edit.startswith("append"):
                 events = [self.event(edit) for _ in range(3 if edit == "append3" else 1)]
@@ -267,7 +268,14 @@ def _machine(config: MachineConfig) -> type[RuleBasedStateMachine]:
                 )
 
             got, want = config.call(pair())
-            _same(got, want, f"save ({edit}) of {got_copy.session_id!r}")
+            what = f"save ({edit}) of {got_copy.session_id!r}"
+            if earlier_life:
+                assert want == ("raised", SessionConflictError), f"{what}: the model took {want}"
+                assert got[0] == "raised" and issubclass(got[1], SessionConflictError), (
+                    f"{what}: a copy of an earlier life of the id, at version "
+                    f"{got_copy.version}, was not refused as stale (the backend gave {got[1]!r})"
+                )
+            _same(got, want, what)
             assert got_copy.model_dump() == want_copy.model_dump()
 
         @precondition(lambda self: bool(self.held) and config.compaction)
@@ -326,6 +334,19 @@ def _machine(config: MachineConfig) -> type[RuleBasedStateMachine]:
                 lambda m: m.delete(session_id, user_id=user),
                 f"delete({session_id!r}, user_id={user!r})",
             )
+
+        @precondition(lambda self: bool(self.held))
+        @rule(pick=st.integers(0, MAX_HELD - 1), via=st.integers(0, 1))
+        def recreate(self, pick: int, via: int) -> None:
+            """Delete a held copy's id and create it again: the copy is now of an earlier
+            life, at the new life's version when it was held at 1."""
+            want_copy = self.held[pick % len(self.held)][1]
+            session_id, owner = want_copy.session_id, want_copy.user_id
+            self.both(via, lambda m: m.delete(session_id), f"delete({session_id!r})")
+            got, want = self.both(
+                via, lambda m: m.create(session_id, owner), f"create({session_id!r})"
+            )
+            self.hold(got, want)
 
         @rule(user=st.sampled_from(USERS[1:]), via=st.integers(0, 1))
         def delete_user(self, user: str, via: int) -> None:

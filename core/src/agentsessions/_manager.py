@@ -666,6 +666,7 @@ class SessionManager(abc.ABC):
             keep=keep,
             new_events=new_events,
             token=new_token(),
+            expected_lineage=loaded.lineage,
         )
         pending = loaded.pending
         if pending is not None and pending.same_change(request) and loaded.sent is not None:
@@ -790,6 +791,7 @@ class SessionManager(abc.ABC):
                 archive=archive,
                 token=new_token(),
                 lineage=new_lineage(),
+                expected_lineage=loaded.lineage,
             )
             await self._compact(request, now)
         session.events = [*replacing, *kept]
@@ -958,6 +960,7 @@ class SessionManager(abc.ABC):
                     keep=0,
                     new_events=sealed,
                     token=new_token(),
+                    expected_lineage=record.lineage,
                 )
                 try:
                     await self._save(request, self.clock.now())
@@ -1391,11 +1394,13 @@ class SessionManager(abc.ABC):
     async def _save(self, request: SaveRequest, now: datetime) -> None:
         """Apply one save atomically: all of it, or nothing (see `SaveRequest`).
 
-        Only if the stored version is still ``request.expected_version``: delete the
-        events at positions ``>= request.keep`` (skip this when nothing is truncated,
-        the common append), insert ``request.new_events`` at positions from
-        ``request.keep`` on, then write ``request.record`` (new version, state,
-        ``updated_at``, ``expires_at``, ``event_count``) keeping the stored
+        Only if the stored version is still ``request.expected_version`` and (unless
+        ``request.expected_lineage`` is "") the stored lineage is still
+        ``request.expected_lineage``: delete the events at positions ``>= request.keep``
+        (skip this when nothing is truncated, the common append), insert
+        ``request.new_events`` at positions from ``request.keep`` on, then write
+        ``request.record`` (new version, state, ``updated_at``, ``expires_at``,
+        ``event_count``) keeping the stored
         ``user_id`` and ``created_at``. A concurrent reader sees the session before or
         after the save, never in between.
 
@@ -1405,8 +1410,9 @@ class SessionManager(abc.ABC):
 
         Raises:
             SessionConflictError: the stored version differs from
-                ``request.expected_version`` (another save landed first); nothing was
-                written.
+                ``request.expected_version`` (another save landed first), or the stored
+                lineage from a non-empty ``request.expected_lineage`` (the copy is of an
+                earlier life of the id); nothing was written.
             SessionNotFoundError: no live session has the id (deleted, expired or never
                 created); nothing was written.
             InvalidInputError: the engine cannot hold a value (an event over the
@@ -1479,7 +1485,8 @@ class SessionManager(abc.ABC):
     async def _compact(self, request: CompactRequest, now: datetime) -> None:
         """Apply one compaction atomically: all of it, or nothing (see `CompactRequest`).
 
-        Only if the stored version is still ``request.expected_version``: optionally
+        Only if the stored version is still ``request.expected_version`` (and the
+        lineage ``request.expected_lineage``, as `_save`'s): optionally
         archive, then delete, the oldest ``request.replaced`` events, put
         ``request.new_events`` before the rest, and write the new version, timestamps
         and event count, keeping the stored state, ``user_id`` and ``created_at``. It
@@ -1497,7 +1504,8 @@ class SessionManager(abc.ABC):
 
         Raises:
             SessionConflictError: the stored version differs from
-                ``request.expected_version``; nothing was written.
+                ``request.expected_version``, or the stored lineage from a non-empty
+                ``request.expected_lineage``; nothing was written.
             SessionNotFoundError: no live session has the id; nothing was written.
             BackendUnavailableError: the engine failed. Raise it only if the compaction
                 did not land, or say in the message that its outcome is unknown.

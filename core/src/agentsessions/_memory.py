@@ -137,7 +137,9 @@ class MemorySessionManager(SessionManager):
                 raise SessionNotFoundError(session_id)
             if request.token in stored.tokens:
                 return  # a retry of a save that landed
-            if stored.record.version != request.expected_version:
+            if stored.record.version != request.expected_version or (
+                request.expected_lineage and stored.record.lineage != request.expected_lineage
+            ):
                 raise SessionConflictError(session_id, request.expected_version)
             # Ownership and creation time never change through a save.
             stored.record = replace(
@@ -159,7 +161,9 @@ class MemorySessionManager(SessionManager):
                 raise SessionNotFoundError(session_id)
             if request.token in stored.tokens:
                 return
-            if stored.record.version != request.expected_version:
+            if stored.record.version != request.expected_version or (
+                request.expected_lineage and stored.record.lineage != request.expected_lineage
+            ):
                 raise SessionConflictError(session_id, request.expected_version)
             replaced = request.replaced
             if request.archive:

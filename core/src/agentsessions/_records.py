@@ -213,8 +213,9 @@ class SaveRequest:
     """One atomic save, expressed as "keep a prefix, replace the rest".
 
     Apply it all or nothing, and only if the stored version is still
-    ``expected_version`` (else raise `SessionConflictError`; if the session is not
-    stored or has expired, `SessionNotFoundError`):
+    ``expected_version`` and, when ``expected_lineage`` is not "", the stored lineage
+    is still ``expected_lineage`` (else raise `SessionConflictError`; if the session
+    is not stored or has expired, `SessionNotFoundError`):
 
     1. delete the events at positions ``>= keep`` (none when ``keep == stored_event_count``,
        the common case of a plain append: skip the statement),
@@ -225,6 +226,13 @@ class SaveRequest:
     creates, keep the tokens of at least the last `TOKENS_KEPT` saves of the session,
     and check them FIRST: a request whose token is already stored landed before (its
     first attempt failed ambiguously) and succeeds at once without writing anything.
+
+    ``expected_lineage`` is the `SessionRecord.lineage` the copy was loaded with. The
+    manager renews the lineage at every create and restore, so it tells the lives of
+    an id apart: a copy of an earlier life (the id was deleted or expired, then
+    created again) is stale even where its version number matches the new life's,
+    and only the lineage check refuses it. "" (a copy that does not know it) skips
+    that check.
     """
 
     record: SessionRecord
@@ -233,11 +241,13 @@ class SaveRequest:
     keep: int
     new_events: list[EventRecord]
     token: str = ""
+    expected_lineage: str = ""
 
     def same_change(self, other: SaveRequest) -> bool:
         """Whether *other* writes what this request writes (tokens and times aside)."""
         return (
             self.expected_version == other.expected_version
+            and self.expected_lineage == other.expected_lineage
             and self.keep == other.keep
             and self.record.state == other.record.state
             and self.record.event_count == other.record.event_count
@@ -260,8 +270,9 @@ class CompactRequest:
     """One atomic compaction: replace the oldest ``replaced`` events with ``new_events``.
 
     Apply it all or nothing, and only if the stored version is still
-    ``expected_version`` (else raise `SessionConflictError`; if the session is not
-    stored or has expired, `SessionNotFoundError`):
+    ``expected_version`` and, unless ``expected_lineage`` is "", the stored lineage is
+    still ``expected_lineage`` (see `SaveRequest`; else raise `SessionConflictError`;
+    if the session is not stored or has expired, `SessionNotFoundError`):
 
     1. if ``archive``, copy the events at positions ``0 .. replaced - 1`` to the
        backend's archive of the session (tagged with ``expected_version``), inside the
@@ -290,6 +301,8 @@ class CompactRequest:
     token: str = ""
     #: The new `SessionRecord.lineage` (a compaction replaces stored events): store it.
     lineage: str = ""
+    #: The lineage the copy was loaded with, checked like a save's ("" skips the check).
+    expected_lineage: str = ""
 
     @property
     def event_count(self) -> int:

@@ -308,7 +308,10 @@ async def test_a_retried_save_that_already_landed_is_not_a_conflict(
     keys = [*session_keys(manager, "retry"), manager.keys.session("retry").archive]
     token = b"0123456789abcdef0123456789abcdef"
     lineage = "0123456789abcdef"
-    args = [1, 1, token, 0, "{}", 2, 2_000_000, "", "", 1, lineage, '{"id":"e","author":"a"}']
+    expected = (await manager.client.hget(keys[0], "l")).rpartition(b":")[0]  # create's
+    assert expected
+    event = '{"id":"e","author":"a"}'
+    args = [1, 1, token, 0, "{}", 2, 2_000_000, "", "", 1, lineage, expected, event]
     assert await manager._link.save(keys, args) == 1
     assert await manager._link.save(keys, args) == 1
     assert await manager.client.llen(keys[1]) == 1

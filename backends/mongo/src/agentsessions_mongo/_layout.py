@@ -169,6 +169,7 @@ class SessionInfo:
     segments: tuple[Segment, ...]
     event_count: int
     first: int = 0  # the stored position of the first event (moved by compactions)
+    lineage: str = ""  # the stored SessionRecord.lineage at this version ("" unknown)
 
     @property
     def end(self) -> int:
@@ -183,6 +184,7 @@ def info_of(doc: dict[str, Any]) -> SessionInfo:
         segments=tuple((int(start), gen) for start, gen in doc["segments"]),
         event_count=doc["event_count"],
         first=int(doc.get("first", 0)),
+        lineage=lineage_of(doc),
     )
 
 

@@ -279,7 +279,8 @@ class MongoSessionManager(SessionManager):
             validate_id(record.user_id, "user_id")
         incarnation, gen = ObjectId(), ObjectId()
         await self._insert_session(session_doc(record, incarnation, gen), now)
-        self._remember(session_id, SessionInfo(1, incarnation, ((0, gen),), 0))
+        info = SessionInfo(1, incarnation, ((0, gen),), 0, lineage=record.lineage)
+        self._remember(session_id, info)
 
     async def _insert_session(self, doc: Doc, now: datetime) -> None:
         """Insert a new session document, replacing an expired one with its id.
@@ -333,7 +334,9 @@ class MongoSessionManager(SessionManager):
         for _ in range(_SAVE_ATTEMPTS):
             incarnation, gen = ObjectId(), ObjectId()
             doc = session_doc(record, incarnation, gen)
-            info = SessionInfo(record.version, incarnation, ((0, gen),), record.event_count)
+            info = SessionInfo(
+                record.version, incarnation, ((0, gen),), record.event_count, lineage=record.lineage
+            )
             if not events:  # nothing to write before the publish: it is the insert
                 await self._insert_session(doc, now)
                 self._remember(session_id, info)
@@ -454,7 +457,7 @@ class MongoSessionManager(SessionManager):
         for _ in range(_SAVE_ATTEMPTS):
             try:
                 cached = self._infos.get(request.session_id)
-                if cached is None or cached.version != request.expected_version:
+                if cached is None or not _expected(cached, request):
                     cached = await self._stored_info(request, now)
                 if await attempt(request, cached, now):
                     return
@@ -476,7 +479,8 @@ class MongoSessionManager(SessionManager):
             raise refused(request, live=False)
         info = info_of(doc)
         self._remember(request.session_id, info)
-        if info.version != request.expected_version:
+        if not _expected(info, request):
+            # Another version, or the expected one of another life of the id.
             raise refused(request, live=True)
         return info
 
@@ -521,6 +525,7 @@ class MongoSessionManager(SessionManager):
                 "_id": session_id,
                 "version": request.expected_version,
                 "incarnation": info.incarnation,
+                **_lineage_filter(request),
                 **live_filter(now),
             },
             # The token lands with the version (see SaveRequest); the latest are kept.
@@ -536,7 +541,14 @@ class MongoSessionManager(SessionManager):
             return await self._explain_failed_publish(request, now)
         self._remember(
             session_id,
-            SessionInfo(record.version, info.incarnation, segments, record.event_count, info.first),
+            SessionInfo(
+                record.version,
+                info.incarnation,
+                segments,
+                record.event_count,
+                info.first,
+                record.lineage,
+            ),
         )
         if segments != info.segments:
             await self._quietly(
@@ -647,6 +659,7 @@ class MongoSessionManager(SessionManager):
                 "_id": session_id,
                 "version": request.expected_version,
                 "incarnation": info.incarnation,
+                **_lineage_filter(request),
                 **live_filter(now),
             },
             {"$set": update, "$push": push},
@@ -659,7 +672,12 @@ class MongoSessionManager(SessionManager):
             self._infos.pop(session_id, None)
             return await self._explain_failed_publish(request, now)
         stored = SessionInfo(
-            request.version, info.incarnation, tuple(segments), request.event_count, new_first
+            request.version,
+            info.incarnation,
+            tuple(segments),
+            request.event_count,
+            new_first,
+            request.lineage,
         )
         self._remember(session_id, stored)
         await self._quietly(
@@ -888,3 +906,18 @@ async def _close_link(link: _Link) -> None:
 
 async def _prepare(link: _Link) -> None:
     await create_indexes(link.sessions, link.events, link.archive)
+
+
+def _expected(info: SessionInfo, request: SaveRequest | CompactRequest) -> bool:
+    """Whether *info* is the stored session *request* was made from: its version and,
+    when the request names one, its lineage (which tells the lives of an id apart)."""
+    return info.version == request.expected_version and (
+        not request.expected_lineage or info.lineage == request.expected_lineage
+    )
+
+
+def _lineage_filter(request: SaveRequest | CompactRequest) -> Doc:
+    """The publish filter's lineage clause: none when the request names no lineage."""
+    if not request.expected_lineage:
+        return {}
+    return {"lineage": f"{request.expected_lineage}:{request.expected_version}"}

@@ -36,6 +36,7 @@ from agentsessions import (
     BackendReadOnlyError,
     BackendTimeoutError,
     DatabaseNotFoundError,
+    SessionConflictError,
     SessionExistsError,
     SessionSummary,
 )
@@ -57,6 +58,7 @@ from agentsessions.backend import (
 from ._options import DRIVER_QUERY_PARAMS, PostgresOptions, check_url
 from ._schema import (
     LATEST_VERSION,
+    OTHER_LIFE,
     compact_statement,
     list_statement,
     migrate,
@@ -379,6 +381,7 @@ class PostgresSessionManager(SessionManager):
             record.event_count,
             request.token,
             record.lineage,
+            request.expected_lineage,
         ]
         if new_events:
             args += [request.keep, [event.data for event in new_events]]
@@ -400,6 +403,7 @@ class PostgresSessionManager(SessionManager):
             request.replaced - len(request.new_events),
             [event.data for event in request.new_events],
             request.lineage,
+            request.expected_lineage,
         ]
         if request.archive:
             args.append(request.replaced)
@@ -415,6 +419,12 @@ class PostgresSessionManager(SessionManager):
                 if outcome != request.expected_version:
                     break
                 # Inconclusive (see save_statement): a fresh statement has a fresh snapshot.
+        if outcome == OTHER_LIFE:
+            raise SessionConflictError(
+                request.session_id,
+                request.expected_version,
+                "the id was created or restored again since this copy was loaded",
+            )
         if outcome != 0:
             raise refused(request, live=outcome != -1, stored_version=outcome)
 

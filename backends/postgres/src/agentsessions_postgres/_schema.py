@@ -50,6 +50,7 @@ if TYPE_CHECKING:
 __all__ = [
     "LATEST_VERSION",
     "MIGRATIONS",
+    "OTHER_LIFE",
     "Statements",
     "compact_statement",
     "list_statement",
@@ -59,6 +60,10 @@ __all__ = [
     "save_statement",
     "statements",
 ]
+
+#: A save's or compaction's outcome when the stored version is the expected one and
+#: the lineage is not (see `save_statement`): never a version, which starts at 1.
+OTHER_LIFE = -2
 
 # Each migration is a list of DDL statements applied in one transaction, in order.
 # Never edit a released migration: append a new one.
@@ -380,8 +385,8 @@ def save_statement(schema: str, *, truncate: bool, insert: bool, upsert: bool) -
 
     One statement is one implicit transaction and one round trip. Parameters: $1 ns,
     $2 id, $3 expected version, $4 now, $5 state, $6 new version, $7 expires_at,
-    $8 new event count, $9 the save's token, $10 the lineage [, $11 first new
-    position, $12 new event texts].
+    $8 new event count, $9 the save's token, $10 the lineage, $11 the expected
+    lineage ("" skips its check) [, $12 first new position, $13 new event texts].
 
     The update's version check is what makes a stale save fail: a concurrent save of
     the same session blocks on the row lock and then sees the new version. The event
@@ -402,7 +407,9 @@ def save_statement(schema: str, *, truncate: bool, insert: bool, upsert: bool) -
     live stored version or -1 (not stored or expired), read in the statement's
     snapshot. A stored version equal to the expected one means the row changed after
     that snapshot was taken (a racing save, maybe this save's own earlier attempt):
-    inconclusive, run the statement again.
+    inconclusive, run the statement again; `OTHER_LIFE` means it is the expected
+    version but not the expected lineage: the copy is of an earlier life of the id
+    (lineages are random, so a later snapshot cannot bring the expected one back).
     """
     parts = [
         """
@@ -413,6 +420,7 @@ def save_statement(schema: str, *, truncate: bool, insert: bool, upsert: bool) -
                 save_tokens = (ARRAY[$9::text] || save_tokens)[1:{kept}], lineage = $10
             WHERE namespace = $1 AND session_id = $2 AND version = $3
               AND (expires_at IS NULL OR expires_at > $4)
+              AND ($11::text = '' OR lineage = $11)
               AND NOT ($9::text = ANY(save_tokens))
             RETURNING first_position
         )"""
@@ -434,8 +442,8 @@ def save_statement(schema: str, *, truncate: bool, insert: bool, upsert: bool) -
         parts.append(
             """, i AS (
             INSERT INTO {s}.agentsessions_events (namespace, session_id, position, data)
-            SELECT $1, $2, s.first_position + $11 + u.ord - 1, u.data::json
-            FROM s, unnest($12::text[]) WITH ORDINALITY AS u(data, ord)
+            SELECT $1, $2, s.first_position + $12 + u.ord - 1, u.data::json
+            FROM s, unnest($13::text[]) WITH ORDINALITY AS u(data, ord)
             {conflict}
         )""".replace("{conflict}", conflict)
         )
@@ -445,13 +453,16 @@ def save_statement(schema: str, *, truncate: bool, insert: bool, upsert: bool) -
             (SELECT 0 FROM s),
             (SELECT 0 FROM {s}.agentsessions_sessions
              WHERE namespace = $1 AND session_id = $2 AND $9::text = ANY(save_tokens)),
-            (SELECT version FROM {s}.agentsessions_sessions
+            (SELECT CASE WHEN version = $3 AND $11::text <> '' AND lineage <> $11
+                         THEN {other_life} ELSE version END
+             FROM {s}.agentsessions_sessions
              WHERE namespace = $1 AND session_id = $2
                AND (expires_at IS NULL OR expires_at > $4)),
             -1)
         """
     )
     sql = "".join(parts).replace("{kept}", str(TOKENS_KEPT))
+    sql = sql.replace("{other_life}", str(OTHER_LIFE))
     return sql.replace("{s}", quote_ident(schema))
 
 
@@ -461,8 +472,8 @@ def compact_statement(schema: str, *, archive: bool) -> str:
 
     Parameters: $1 ns, $2 id, $3 expected version, $4 now, $5 new version, $6 updated,
     $7 expires_at, $8 new event count, $9 token, $10 shift (replaced - new events, what
-    the first position moves by), $11 new event texts, $12 lineage [, $13 replaced:
-    archive only].
+    the first position moves by), $11 new event texts, $12 lineage, $13 the expected
+    lineage ("" skips its check) [, $14 replaced: archive only].
 
     Only the prefix is touched: the session's first position moves by the shift, the
     rows below the new first position are deleted, and the new events take the
@@ -480,6 +491,7 @@ def compact_statement(schema: str, *, archive: bool) -> str:
                 first_position = first_position + $10, lineage = $12
             WHERE namespace = $1 AND session_id = $2 AND version = $3
               AND (expires_at IS NULL OR expires_at > $4)
+              AND ($13::text = '' OR lineage = $13)
               AND NOT ($9::text = ANY(save_tokens))
             RETURNING first_position
         ), d AS (
@@ -500,7 +512,7 @@ def compact_statement(schema: str, *, archive: bool) -> str:
             SELECT $1, $2, $3, e.position - (s.first_position - $10), e.data
             FROM s, {s}.agentsessions_events e
             WHERE e.namespace = $1 AND e.session_id = $2
-              AND e.position < s.first_position - $10 + $13
+              AND e.position < s.first_position - $10 + $14
         )"""
         )
     parts.append(
@@ -509,13 +521,16 @@ def compact_statement(schema: str, *, archive: bool) -> str:
             (SELECT 0 FROM s),
             (SELECT 0 FROM {s}.agentsessions_sessions
              WHERE namespace = $1 AND session_id = $2 AND $9::text = ANY(save_tokens)),
-            (SELECT version FROM {s}.agentsessions_sessions
+            (SELECT CASE WHEN version = $3 AND $13::text <> '' AND lineage <> $13
+                         THEN {other_life} ELSE version END
+             FROM {s}.agentsessions_sessions
              WHERE namespace = $1 AND session_id = $2
                AND (expires_at IS NULL OR expires_at > $4)),
             -1)
         """
     )
     sql = "".join(parts).replace("{kept}", str(TOKENS_KEPT))
+    sql = sql.replace("{other_life}", str(OTHER_LIFE))
     return sql.replace("{s}", quote_ident(schema))
 
 

@@ -369,6 +369,7 @@ class RedisSessionManager(SessionManager):
             *_expiry_args(record.expires_at),
             record.event_count,
             record.lineage,
+            request.expected_lineage,
         ]
         args.extend(event.data for event in request.new_events)
         result = await self._write(
@@ -390,6 +391,7 @@ class RedisSessionManager(SessionManager):
             request.event_count,
             "1" if request.archive else "",
             request.lineage,
+            request.expected_lineage,
         ]
         args.extend(event.data for event in request.new_events)
         result = await self._write(

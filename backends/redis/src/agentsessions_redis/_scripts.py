@@ -113,12 +113,13 @@ return {1}
 """
 
 # KEYS: hash, events, archive. ARGV: now, expected version, token, keep, state, version,
-#       updated, expires (''), pexpireat (''), event count, lineage, new event
-#       texts...
+#       updated, expires (''), pexpireat (''), event count, lineage, expected lineage
+#       ('' skips its check), new event texts...
 # Returns 1 saved (or saved before: the token is stored), 0 absent or expired, -1
-# version conflict (nothing written).
+# version conflict, or a copy of an earlier life of the id: the expected version but
+# another lineage (nothing written).
 SAVE = """
-local cur = redis.call('HMGET', KEYS[1], 't', 'v', 'x', 'n')
+local cur = redis.call('HMGET', KEYS[1], 't', 'v', 'x', 'n', 'l')
 if not cur[1] then return 0 end
 local tokens = cur[1]
 if #tokens % 32 ~= 0 then tokens = '' end
@@ -132,6 +133,7 @@ end
 tokens = ARGV[3] .. string.sub(tokens, 1, {keep_chars})
 if cur[3] and tonumber(cur[3]) <= tonumber(ARGV[1]) then return 0 end
 if cur[2] ~= ARGV[2] then return -1 end
+if ARGV[12] ~= '' and cur[5] ~= ARGV[12] .. ':' .. ARGV[2] then return -1 end
 local keep = tonumber(ARGV[4])
 -- 'n' is the length of the events list (every script writes both together).
 local stored = cur[4] and tonumber(cur[4]) or redis.call('LLEN', KEYS[2])
@@ -142,7 +144,7 @@ if keep < stored then
     redis.call('LTRIM', KEYS[2], 0, keep - 1)
   end
 end
-local first, last = 12, #ARGV
+local first, last = 13, #ARGV
 while first <= last do
   -- unpack() is bounded by the Lua C stack: push in slices.
   local stop = math.min(first + 999, last)
@@ -172,11 +174,11 @@ return 1
 
 # KEYS: hash, events, archive. ARGV: now, expected version, token, replaced, version,
 #       updated, expires (''), pexpireat (''), event count, archive ('1' or ''),
-#       lineage, new event texts...
+#       lineage, expected lineage ('' skips its check), new event texts...
 # Returns as SAVE. The replaced head is trimmed off (LTRIM is O(removed)) after being
 # copied, server-side, to the archive list when asked; the new events go in front.
 COMPACT = """
-local cur = redis.call('HMGET', KEYS[1], 't', 'v', 'x')
+local cur = redis.call('HMGET', KEYS[1], 't', 'v', 'x', 'l')
 if not cur[1] then return 0 end
 local tokens = cur[1]
 if #tokens % 32 ~= 0 then tokens = '' end
@@ -186,6 +188,7 @@ end
 tokens = ARGV[3] .. string.sub(tokens, 1, {keep_chars})
 if cur[3] and tonumber(cur[3]) <= tonumber(ARGV[1]) then return 0 end
 if cur[2] ~= ARGV[2] then return -1 end
+if ARGV[12] ~= '' and cur[4] ~= ARGV[12] .. ':' .. ARGV[2] then return -1 end
 local replaced = tonumber(ARGV[4])
 if ARGV[10] == '1' then
   for first = 0, replaced - 1, 1000 do
@@ -200,8 +203,8 @@ else
 end
 -- LPUSH puts each value in front of the previous one: push the newest first.
 local last = #ARGV
-while last >= 12 do
-  local first = math.max(last - 999, 12)
+while last >= 13 do
+  local first = math.max(last - 999, 13)
   local slice = {}
   for i = last, first, -1 do slice[#slice + 1] = ARGV[i] end
   redis.call('LPUSH', KEYS[2], unpack(slice))

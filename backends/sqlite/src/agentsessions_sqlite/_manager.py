@@ -155,6 +155,8 @@ def _save(conn: sqlite3.Connection, namespace: str, request: SaveRequest, now: i
             session_id,
             request.expected_version,
             now,
+            request.expected_lineage,
+            request.expected_lineage,
         ),
     )
     if cursor.rowcount == 0:
@@ -208,6 +210,8 @@ def _compact(conn: sqlite3.Connection, namespace: str, request: CompactRequest, 
             session_id,
             request.expected_version,
             now,
+            request.expected_lineage,
+            request.expected_lineage,
         ),
     )
     if cursor.rowcount == 0:

@@ -106,7 +106,7 @@ SET version = ?, updated_at = ?, expires_at = ?, event_count = ?,
     save_tokens = substr(? || save_tokens, 1, ?), first_position = first_position + ?,
     lineage = ?
 WHERE namespace = ? AND session_id = ? AND version = ?
-  AND (expires_at IS NULL OR expires_at > ?)
+  AND (expires_at IS NULL OR expires_at > ?) AND (? = '' OR lineage = ?)
 """
 ARCHIVE_HEAD = """
 INSERT INTO agentsessions_archive (namespace, session_id, version, position, data)
@@ -131,7 +131,7 @@ UPDATE agentsessions_sessions
 SET state = ?, version = ?, updated_at = ?, expires_at = ?, event_count = ?,
     save_tokens = substr(? || save_tokens, 1, ?), lineage = ?
 WHERE namespace = ? AND session_id = ? AND version = ?
-  AND (expires_at IS NULL OR expires_at > ?)
+  AND (expires_at IS NULL OR expires_at > ?) AND (? = '' OR lineage = ?)
 """
 SELECT_VERSION = """
 SELECT version, instr(save_tokens, ?) > 0, expires_at FROM agentsessions_sessions

@@ -174,6 +174,36 @@ class CompactionTests(SuiteBase):
             await manager.compact(stale, stale.events[1].id, [_summary()])
         assert snapshot(await self.readback(manager, session_id)) == snapshot(first)
 
+    async def test_compact_copy_of_earlier_life_raises_conflict(
+        self, manager: SessionManager
+    ) -> None:
+        """compact() from a copy of an earlier life of its id (deleted, then created again
+        and saved to the same version) raises SessionConflictError and writes nothing."""
+        self.require(manager, "compaction")
+        session_id = self.new_id()
+        first = await manager.create(session_id)
+        for index in range(3):
+            first.add_event("user", f"first life {index}")
+        await manager.save(first)
+        old = await manager.get(session_id)
+        assert old is not None
+        assert await manager.delete(session_id) is True
+        now = await manager.create(session_id)
+        for index in range(3):
+            now.add_event("user", f"second life {index}")
+        await manager.save(now)
+        assert old.version == now.version  # the case a version check alone misses
+        before = snapshot(await self.readback(manager, session_id))
+        with pytest.raises(SessionConflictError):
+            await manager.compact(old, old.events[1].id, [_summary()], archive=True)
+        assert snapshot(await self.readback(manager, session_id)) == before
+        found = await self.inventory(manager, session_id)
+        assert sorted(found.events) == [0, 1, 2] and found.archived == 0
+        assert await manager.archived_events(session_id) == []
+        # The new life's own copy still compacts.
+        await manager.compact(now, now.events[1].id, [_summary()])
+        assert snapshot(await self.readback(manager, session_id)) == snapshot(now)
+
     async def test_compact_refuses_bad_input(self, manager: SessionManager) -> None:
         """An unknown or unloaded through_event_id, a replacement that repeats a kept id or
         is not a list of events, unsaved event changes, and a deleted session: each raises

@@ -155,6 +155,71 @@ class SaveTests(SuiteBase):
             await manager.save(stale)
         assert snapshot(await self.readback(manager, session.session_id)) == before
 
+    async def test_save_copy_of_earlier_life_raises_conflict(self, manager: SessionManager) -> None:
+        """A copy loaded from an earlier life of its id (deleted or expired, then created or
+        restored again) is stale even where its version equals the new life's: its save
+        raises SessionConflictError and writes nothing.
+
+        On the kit's frozen clock, so the lives' ``created_at`` are equal too: the version
+        and the creation time alone cannot tell them apart.
+        """
+        frozen = await self.frozen(manager)
+
+        async def refused(store: SessionManager, old: Session, now: Session) -> None:
+            assert old.version == now.version  # the case a version check alone misses
+            before = snapshot(await self.readback(store, now.session_id))
+            old.add_event("user", "from the earlier life")
+            old.state["earlier"] = True
+            with pytest.raises(SessionConflictError):
+                await store.save(old)
+            old.events.clear()  # a rewriting save must not land either
+            with pytest.raises(SessionConflictError):
+                await store.save(old)
+            assert snapshot(await self.readback(store, now.session_id)) == before
+            # The new life's own copy still saves: only the old one is refused.
+            now.add_event("user", "current life")
+            await store.save(now)
+            stored = await self.readback(store, now.session_id)
+            assert _contents(stored) == [event.content for event in now.events]
+
+        # Deleted, then created again: both at version 1.
+        session_id = self.new_id()
+        old = await frozen.create(session_id, state={"life": 1})
+        assert await frozen.delete(session_id) is True
+        await refused(frozen, old, await frozen.create(session_id, state={"life": 2}))
+
+        # Deleted after a save, created again and saved once: both at version 2.
+        session_id = self.new_id()
+        first = await frozen.create(session_id)
+        first.add_event("user", "first life")
+        await frozen.save(first)
+        saved_copy = await frozen.get(session_id)
+        assert saved_copy is not None
+        assert await frozen.delete(session_id) is True
+        now = await frozen.create(session_id)
+        now.add_event("user", "second life")
+        await frozen.save(now)
+        await refused(frozen, saved_copy, now)
+
+        # Deleted, then restored from a copy at the same version (an import).
+        session_id = self.new_id()
+        await frozen.create(session_id)
+        loaded_copy = await frozen.get(session_id)
+        exported = await frozen.get(session_id)
+        assert loaded_copy is not None and exported is not None
+        assert await frozen.delete(session_id) is True
+        await refused(frozen, loaded_copy, await frozen.restore(exported))
+
+        # Expired, then created again.
+        if manager.capabilities.ttl:
+            expiring = await self.frozen(manager, ttl=60.0)
+            session_id = self.new_id()
+            old = await expiring.create(session_id)
+            self.clock.advance(61.0)
+            now = await expiring.create(session_id)
+            assert old.created_at != now.created_at  # the clock moved: still refused
+            await refused(expiring, old, now)
+
     async def test_save_deleted_session_raises_not_found(self, manager: SessionManager) -> None:
         """Saving a session that was deleted raises SessionNotFoundError and recreates nothing."""
         session = await self.session_with_events(manager, 2)
