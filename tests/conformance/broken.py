@@ -173,12 +173,9 @@ class EarlierLifeSaveManager(MemorySessionManager, Broken):
     """save() checks the version alone: a copy of an earlier life of the id (deleted or
     expired, then created again) lands where its version matches the new life's."""
 
-    caught_by = frozenset(
-        {
-            "test_save_copy_of_earlier_life_raises_conflict",
-            "test_state_machine_agrees_with_the_reference",
-        }
-    )
+    # The state machine reaches this too (its `recreate` rule), but only on some of its
+    # random runs within the time limit; the dedicated clause catches it every time.
+    caught_by = frozenset({"test_save_copy_of_earlier_life_raises_conflict"})
 
     async def _save(self, request: SaveRequest, now: datetime) -> None:
         # The version check as it was before lineages were compared.
