@@ -31,6 +31,7 @@ from agentsessions_conformance import Inventory, SessionManagerTests
 from agentsessions_postgres import PostgresSessionManager
 from agentsessions_postgres._schema import LATEST_VERSION, quote_ident
 from agentsessions_testservers import PostgresStandbyPair, ServerUnavailable, start_postgres_pair
+from raw_inventories import postgres_inventory
 
 pytestmark = [pytest.mark.postgres]
 
@@ -136,26 +137,7 @@ class TestPostgresMultiHostConformance(SessionManagerTests):
             await connection.close()
 
     async def raw_inventory(self, manager: SessionManager, session_id: str) -> Inventory:
-        # As tests/backends/postgres/test_postgres_conformance.py reads it.
-        assert isinstance(manager, PostgresSessionManager)
-        schema = quote_ident(manager.options.schema)
-        key = (manager.options.namespace, session_id)
-        where = "WHERE namespace = $1 AND session_id = $2"
-        async with manager._connection() as connection:
-            records = await connection.fetchval(
-                f"SELECT count(*) FROM {schema}.agentsessions_sessions {where}", *key
-            )
-            first = await connection.fetchval(
-                f"SELECT first_position FROM {schema}.agentsessions_sessions {where}", *key
-            )
-            rows = await connection.fetch(
-                f"SELECT position FROM {schema}.agentsessions_events {where}", *key
-            )
-            archived = await connection.fetchval(
-                f"SELECT count(*) FROM {schema}.agentsessions_archive {where}", *key
-            )
-        base = first or 0
-        return Inventory(records=records, events=[row[0] - base for row in rows], archived=archived)
+        return await postgres_inventory(manager, session_id)
 
 
 async def test_multi_host_url_writes_to_the_primary(shared_pair: PostgresStandbyPair) -> None:

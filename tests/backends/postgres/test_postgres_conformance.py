@@ -9,8 +9,8 @@ import pytest_asyncio
 from agentsessions import SessionManager, connect
 from agentsessions_conformance import Inventory, SessionManagerTests
 from agentsessions_postgres import PostgresSessionManager
-from agentsessions_postgres._schema import quote_ident
 from encryption_params import make_keyring
+from raw_inventories import postgres_inventory
 
 pytestmark = pytest.mark.postgres
 
@@ -25,26 +25,7 @@ class TestPostgresConformance(SessionManagerTests):
         await manager.close()
 
     async def raw_inventory(self, manager: SessionManager, session_id: str) -> Inventory:
-        assert isinstance(manager, PostgresSessionManager)
-        schema = quote_ident(manager.options.schema)  # type: ignore[attr-defined]
-        key = (manager.options.namespace, session_id)
-        where = "WHERE namespace = $1 AND session_id = $2"
-        async with manager._connection() as connection:
-            records = await connection.fetchval(
-                f"SELECT count(*) FROM {schema}.agentsessions_sessions {where}", *key
-            )
-            # Relative to the first position a compaction moved (0 for an erased id).
-            first = await connection.fetchval(
-                f"SELECT first_position FROM {schema}.agentsessions_sessions {where}", *key
-            )
-            rows = await connection.fetch(
-                f"SELECT position FROM {schema}.agentsessions_events {where}", *key
-            )
-            archived = await connection.fetchval(
-                f"SELECT count(*) FROM {schema}.agentsessions_archive {where}", *key
-            )
-        base = first or 0
-        return Inventory(records=records, events=[row[0] - base for row in rows], archived=archived)
+        return await postgres_inventory(manager, session_id)
 
 
 class TestPostgresEncryptedConformance(TestPostgresConformance):
