@@ -189,12 +189,7 @@ def _build(executable: Path, persistent: bool, start_timeout: float) -> ProcessS
     workdir = make_workdir("mongo")
     port = free_port()
     config = workdir / "secantusd.toml"
-    # A config of our own also keeps secantusd from auto-discovering other configs. Its TTL
-    # sweeper is off: it deletes from the snapshot its sweep began with, so a document
-    # updated since (a restore's pending document just published) can be deleted, where
-    # mongod's TTL monitor re-checks each delete. Our backend never relies on the monitor:
-    # reads filter on the expiry and purge_expired() deletes.
-    config.write_text("[storage]\nttl_sweep_seconds = 0\n")
+    config.write_text("# empty: keeps secantusd from auto-discovering other configs\n")
     storage = str(workdir / "data") if persistent else ":memory:"
     process = Process(
         name="secantusd-py",
