@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
+from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from . import _instrumentation
@@ -86,59 +86,99 @@ def remaining(manager: SessionManager, cap: float | None = None) -> float:
     return max(left, 0.001)
 
 
-@asynccontextmanager
-async def call(manager: SessionManager, operation: str) -> AsyncIterator[None]:
-    """Run the body as *operation* of *manager*: under its deadline, errors translated."""
-    outer = _CURRENT.get()
-    if outer is not None and outer.manager is manager:
-        # Nested in a call of the same manager: its deadline already bounds us.
-        try:
-            yield
-        except Exception as exc:
+class call:
+    """``async with call(manager, operation):`` runs the body as *operation* of *manager*:
+    under its deadline, errors translated.
+
+    A class rather than an ``asynccontextmanager``: it runs twice per agent turn, and a
+    generator-based context manager costs an async generator (and the event loop's
+    first-iteration hook) on every call.
+    """
+
+    __slots__ = (
+        "_manager",
+        "_operation",
+        "_token",
+        "_handle",
+        "_task",
+        "_cancelling",
+        "_timeout",
+        "fired",
+    )
+
+    def __init__(self, manager: SessionManager, operation: str) -> None:
+        self._manager = manager
+        self._operation = operation
+        self._token: contextvars.Token[_Call | None] | None = None
+        self._handle: asyncio.TimerHandle | None = None
+        self._task: asyncio.Task[Any] | None = None
+        self._cancelling = 0
+        self._timeout = 0.0
+        self.fired = False
+
+    async def __aenter__(self) -> None:
+        manager = self._manager
+        outer = _CURRENT.get()
+        if outer is not None and outer.manager is manager:
+            # Nested in a call of the same manager: its deadline already bounds us.
+            return
+        timeout = manager.options.timeout
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        if outer is not None:
+            deadline = min(deadline, outer.deadline)
+        # asyncio.timeout_at without it (Python 3.10 has none): cancel the task at the
+        # deadline and turn that cancellation, and only that one, into our error.
+        task = asyncio.current_task()
+        assert task is not None
+        self._task = task
+        self._timeout = timeout
+        self._cancelling = _cancelling(task)
+        self._handle = loop.call_at(deadline, self._expire)
+        self._token = _CURRENT.set(_Call(manager, self._operation, timeout, deadline))
+
+    def _expire(self) -> None:
+        self.fired = True
+        assert self._task is not None
+        self._task.cancel()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        manager = self._manager
+        handle = self._handle
+        if handle is None:  # nested: only the translation
+            if exc is None or not isinstance(exc, Exception):
+                return False
             error = manager._translate(exc)
             if error is None:
-                raise
+                return False
             raise error from None
-        return
-    timeout = manager.options.timeout
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    if outer is not None:
-        deadline = min(deadline, outer.deadline)
-    token = _CURRENT.set(_Call(manager, operation, timeout, deadline))
-    # asyncio.timeout_at without it (Python 3.10 has none): cancel the task at the
-    # deadline and turn that cancellation, and only that one, into our error.
-    task = asyncio.current_task()
-    assert task is not None
-    cancelling = _cancelling(task)
-    fired = False
-
-    def expire() -> None:
-        nonlocal fired
-        fired = True
-        task.cancel()
-
-    handle = loop.call_at(deadline, expire)
-    try:
-        yield
-    except (Exception, asyncio.CancelledError) as exc:
-        handle.cancel()
-        if fired and _uncancel(task) <= cancelling:
-            error = BackendTimeoutError(manager.url, operation, timeout)
-            _instrumentation.deadline_exceeded(manager, error)
+        token = self._token
+        assert token is not None and self._task is not None
+        try:
+            handle.cancel()
+            if exc is None:
+                if self.fired:
+                    _uncancel(self._task)  # the body swallowed the cancellation
+                return False
+            if not isinstance(exc, (Exception, asyncio.CancelledError)):
+                return False
+            if self.fired and _uncancel(self._task) <= self._cancelling:
+                expired = BackendTimeoutError(manager.url, self._operation, self._timeout)
+                _instrumentation.deadline_exceeded(manager, expired)
+                raise expired from None
+            if isinstance(exc, asyncio.CancelledError):
+                return False
+            error = manager._translate(exc)
+            if error is None:
+                return False
             raise error from None
-        if isinstance(exc, asyncio.CancelledError):
-            raise
-        error = manager._translate(exc)
-        if error is None:
-            raise
-        raise error from None
-    else:
-        handle.cancel()
-        if fired:
-            _uncancel(task)  # the body swallowed the cancellation: nothing pending is ours
-    finally:
-        _CURRENT.reset(token)
+        finally:
+            _CURRENT.reset(token)
 
 
 def _cancelling(task: asyncio.Task[object]) -> int:

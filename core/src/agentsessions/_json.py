@@ -27,7 +27,21 @@ _MAX_DEPTH = 100  # MongoDB and most JSON parsers stop a little above this
 
 def check_json(value: Any, path: str) -> None:
     """Raise `SessionSerializationError` unless *value* is plain, portable JSON."""
-    _check(value, path, 0)
+    try:
+        _check(value, 0)
+    except _Refused as refused:
+        # The path is built only here, on the way out: every save checks every new
+        # event's content, and formatting a path per item cost more than the check.
+        where = path + "".join(reversed(refused.parts))
+        raise SessionSerializationError(where, refused.reason) from None
+
+
+class _Refused(Exception):
+    """Why a value is not JSON; *parts* ("[key]" / "[index]") collected innermost first."""
+
+    def __init__(self, reason: str, part: str = "") -> None:
+        self.reason = reason
+        self.parts = [part] if part else []
 
 
 def check_text(value: str, path: str) -> None:
@@ -35,47 +49,64 @@ def check_text(value: str, path: str) -> None:
     (``"\\ud800"``): no UTF-8 encoding, so no engine, can store it."""
     # isascii() is O(1) in CPython, so plain text costs nothing here.
     if not value.isascii():
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise SessionSerializationError(
-                path, f"string holds an unpaired surrogate at index {exc.start}"
-            ) from None
+        reason = _surrogate(value)
+        if reason is not None:
+            raise SessionSerializationError(path, reason)
 
 
-def _check(value: Any, path: str, depth: int) -> None:
+def _surrogate(value: str) -> str | None:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"string holds an unpaired surrogate at index {exc.start}"
+    return None
+
+
+def _check(value: Any, depth: int) -> None:
     if value is None or value is True or value is False:
         return
-    if type(value) is str:
-        check_text(value, path)
-        return
     kind = type(value)
+    if kind is str:
+        if not value.isascii():
+            reason = _surrogate(value)
+            if reason is not None:
+                raise _Refused(reason)
+        return
     if kind is int:
         if not INT64_MIN <= value <= INT64_MAX:
-            raise SessionSerializationError(path, f"integer {value} does not fit in 64 bits")
+            raise _Refused(f"integer {value} does not fit in 64 bits")
         return
     if kind is float:
         if not math.isfinite(value):
-            raise SessionSerializationError(path, f"float {value!r} is not valid JSON")
+            raise _Refused(f"float {value!r} is not valid JSON")
         return
     if depth >= _MAX_DEPTH:
-        raise SessionSerializationError(path, f"nested deeper than {_MAX_DEPTH} levels")
+        raise _Refused(f"nested deeper than {_MAX_DEPTH} levels")
     if kind is dict:
         for key, item in value.items():
             if type(key) is not str:
-                raise SessionSerializationError(
-                    f"{path}[{key!r}]", f"key of type {type(key).__name__}, expected str"
-                )
-            check_text(key, f"{path}[{key!r}] (the key)")
-            _check(item, f"{path}[{key!r}]", depth + 1)
+                raise _Refused(f"key of type {type(key).__name__}, expected str", f"[{key!r}]")
+            if not key.isascii():
+                reason = _surrogate(key)
+                if reason is not None:
+                    raise _Refused(reason, f"[{key!r}] (the key)")
+            try:
+                _check(item, depth + 1)
+            except _Refused as refused:
+                refused.parts.append(f"[{key!r}]")
+                raise
         return
     if kind is list:
         for index, item in enumerate(value):
-            _check(item, f"{path}[{index}]", depth + 1)
+            try:
+                _check(item, depth + 1)
+            except _Refused as refused:
+                refused.parts.append(f"[{index}]")
+                raise
         return
     # bool/int/str/dict/list subclasses (IntEnum, OrderedDict, ...) would not come back
     # as the same type, so they are rejected too rather than silently converted.
-    raise SessionSerializationError(path, f"value of type {kind.__name__} is not JSON")
+    raise _Refused(f"value of type {kind.__name__} is not JSON")
 
 
 def dumps(value: Any) -> str:

@@ -141,12 +141,12 @@ class MemorySessionManager(SessionManager):
                 request.expected_lineage and stored.record.lineage != request.expected_lineage
             ):
                 raise SessionConflictError(session_id, request.expected_version)
-            # Ownership and creation time never change through a save.
-            stored.record = replace(
-                request.record,
-                user_id=stored.record.user_id,
-                created_at=stored.record.created_at,
-            )
+            # Ownership and creation time never change through a save (the copy is
+            # made only when the request differs: dataclasses.replace is not cheap).
+            record, kept = request.record, stored.record
+            if record.user_id is not kept.user_id or record.created_at is not kept.created_at:
+                record = replace(record, user_id=kept.user_id, created_at=kept.created_at)
+            stored.record = record
             # In place, under the lock, after every check: O(changed events), and no
             # reader can see a half-applied save.
             del stored.events[request.keep :]

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+import pydantic_core
 from pydantic import TypeAdapter
 
 from . import _json
@@ -370,17 +371,40 @@ def encode_event(event: Event, position: int, path: str) -> EventRecord:
     if fields.keys() != _EVENT_FIELDS:
         missing = sorted(_EVENT_FIELDS - fields.keys()) or ["fields"]
         raise SessionSerializationError(f"{path}.{missing[0]}", "is missing from the Event")
-    _check_name(fields["id"], f"{path}.id")
-    _check_name(fields["author"], f"{path}.author")
-    _check_timestamp(fields["timestamp"], f"{path}.timestamp")
+    # The common case settled inline (short ASCII names, a UTC timestamp); anything
+    # else takes the full checks, which name the field. Paths are built only there.
+    ident, author, timestamp = fields["id"], fields["author"], fields["timestamp"]
+    if type(ident) is not str or not 0 < len(ident) <= _MAX_NAME or not ident.isascii():
+        _check_name(ident, f"{path}.id")
+    if type(author) is not str or not 0 < len(author) <= _MAX_NAME or not author.isascii():
+        _check_name(author, f"{path}.author")
+    in_utc = type(timestamp) is datetime and timestamp.tzinfo is timezone.utc
+    if not in_utc:
+        _check_timestamp(timestamp, f"{path}.timestamp")
     metadata = fields["metadata"]
     if type(metadata) is not dict:
         raise SessionSerializationError(
             f"{path}.metadata", f"must be a dict, not {type(metadata).__name__}"
         )
-    _json.check_json(fields["content"], f"{path}.content")
-    _json.check_json(metadata, f"{path}.metadata")
-    return EventRecord(position=position, data=event.model_dump_json())
+    content = fields["content"]
+    _json.check_json(content, path + ".content")
+    if metadata:
+        _json.check_json(metadata, path + ".metadata")
+    if not in_utc or type(event) is not Event:
+        return EventRecord(position=position, data=event.model_dump_json())
+    # What model_dump_json writes for an Event of checked JSON with a UTC timestamp (the
+    # same fields in the same order, the same serializers), without calling the
+    # model's timestamp serializer, a Python function, for every event saved.
+    data = pydantic_core.to_json(
+        {
+            "id": ident,
+            "author": author,
+            "content": content,
+            "timestamp": timestamp,
+            "metadata": metadata,
+        }
+    ).decode()
+    return EventRecord(position=position, data=data)
 
 
 def encode_cursor(created_at: datetime, session_id: str) -> str:

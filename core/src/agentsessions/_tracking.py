@@ -13,6 +13,7 @@ import operator
 import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, SupportsIndex
 
 from ._models import Event, Session
@@ -20,7 +21,14 @@ from ._models import Event, Session
 if TYPE_CHECKING:
     from ._records import SaveRequest
 
-__all__ = ["EventList", "LoadedState", "common_prefix", "mark_loaded"]
+__all__ = [
+    "EventList",
+    "LoadedState",
+    "common_prefix",
+    "loaded_session",
+    "mark_loaded",
+    "stamp_saved",
+]
 
 _event_id = operator.attrgetter("id")
 
@@ -200,6 +208,69 @@ def mark_loaded(
         owner=weakref.ref(session),
         lineage=lineage,
     )
+
+
+_SESSION_FIELDS = frozenset(Session.model_fields)
+_set_attribute = object.__setattr__
+
+
+def loaded_session(
+    *,
+    session_id: str,
+    user_id: str | None,
+    events: list[Event],
+    state: dict[str, Any],
+    created_at: datetime,
+    updated_at: datetime,
+    version: int,
+    offset: int = 0,
+    partial: bool = False,
+    lineage: str = "",
+    shift: int | None = None,
+) -> Session:
+    """A `Session` fresh out of the store, already tracked: what ``model_construct``
+    followed by `mark_loaded` builds, without their generic machinery (each load of
+    every turn builds one; its values come from the store and were checked there).
+    """
+    tracked = EventList(events)
+    session: Session = Session.__new__(Session)
+    _set_attribute(
+        session,
+        "__dict__",
+        {
+            "session_id": session_id,
+            "user_id": user_id,
+            "events": tracked,
+            "state": state,
+            "created_at": created_at,
+            "updated_at": updated_at,
+            "version": version,
+        },
+    )
+    _set_attribute(session, "__pydantic_fields_set__", set(_SESSION_FIELDS))
+    _set_attribute(session, "__pydantic_extra__", None)
+    loaded = LoadedState(
+        version=version,
+        events=list(tracked),
+        offset=offset,
+        partial=partial,
+        tracked=tracked,
+        session_id=session_id,
+        owner=weakref.ref(session),
+        lineage=lineage,
+        shift=shift,
+    )
+    _set_attribute(session, "__pydantic_private__", {"_loaded": loaded})
+    return session
+
+
+def stamp_saved(session: Session, version: int, updated_at: datetime) -> None:
+    """Set the version and ``updated_at`` a save gave *session*, as plain assignments
+    would (Session does not validate assignments), minus pydantic's ``__setattr__``."""
+    values = session.__dict__
+    values["version"] = version
+    values["updated_at"] = updated_at
+    session.__pydantic_fields_set__.update(("version", "updated_at"))
 
 
 def common_prefix(base: list[Event], events: list[Event]) -> int:
