@@ -96,13 +96,13 @@ class call:
     """
 
     __slots__ = (
+        "_cancelling",
+        "_handle",
         "_manager",
         "_operation",
-        "_token",
-        "_handle",
         "_task",
-        "_cancelling",
         "_timeout",
+        "_token",
         "fired",
     )
 

@@ -248,7 +248,10 @@ class PostgresSessionManager(SessionManager):
         its stale connections one failure at a time. *pool*: the running loop's.
         """
         pool = self._pool if pool is None else pool
-        connection = await pool.acquire(timeout=self._remaining())
+        # No timeout of asyncpg's own: the call's deadline cancels the wait anyway, and
+        # with one asyncpg wraps every acquire in asyncio.wait_for (a task of its own
+        # and an extra pass of the event loop, twice per agent turn).
+        connection = await pool.acquire()
         try:
             yield connection
         except _ABANDONED as exc:

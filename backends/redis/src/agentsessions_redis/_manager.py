@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ClassVar, TypeVar
 
+import pydantic_core  # pydantic's own parser, a dependency of agentsessions (pydantic)
 from agentsessions import (
     BackendAuthenticationError,
     BackendReadOnlyError,
@@ -341,7 +342,7 @@ class RedisSessionManager(SessionManager):
         if result is None:
             return None
         fields, texts = result
-        return LoadedSession(_record(fields), decode_events(texts))
+        return LoadedSession(_loaded_record(fields), decode_events(texts))
 
     async def _load_since(
         self, session_id: str, event_count: int, lineage: str, now: datetime
@@ -353,7 +354,7 @@ class RedisSessionManager(SessionManager):
         if result is None:
             return None
         fields, texts = result
-        return LoadedSession(_record(fields), decode_events(texts))
+        return LoadedSession(_loaded_record(fields), decode_events(texts))
 
     async def _save(self, request: SaveRequest, now: datetime) -> None:
         record = request.record
@@ -691,6 +692,16 @@ def _scored(pairs: Any) -> list[tuple[bytes, int]]:
 def _record(fields: list[bytes | None]) -> SessionRecord:
     """The record a load script read (`_scripts.HASH_FIELDS`, ``l`` last)."""
     return decode_record((*fields[:8], _lineage(fields[8], fields[3])))
+
+
+def _loaded_record(encoded: bytes) -> SessionRecord:
+    """The record a load script read, as the JSON array it encoded (false: missing)."""
+    fields = [None if value is False else value for value in pydantic_core.from_json(encoded)]
+    lineage, version = fields[8], fields[3]
+    if lineage is not None and version is not None:
+        lineage, _, written_at = lineage.rpartition(":")
+        fields[8] = lineage if written_at == version else ""
+    return decode_record(fields)
 
 
 def _lineage(stored: bytes | None, version: bytes | None) -> str:

@@ -36,7 +36,9 @@ HASH_FIELDS = ("id", "u", "s", "v", "c", "m", "x", "n", "l")
 # lineage reads as unknown (""), so such a save can never pass for an append.
 
 # KEYS: hash, events. ARGV: now (us), how many newest events (-1: all).
-# Returns nil if absent or expired, else {HMGET of HASH_FIELDS, event texts}.
+# Returns nil if absent or expired, else {HMGET of HASH_FIELDS as one JSON array (false
+# for a missing field), event texts}. One string instead of nine: redis-py parses
+# replies in Python, element by element, and the record is read on every load.
 LOAD = """
 local rec = redis.call('HMGET', KEYS[1], 'id', 'u', 's', 'v', 'c', 'm', 'x', 'n', 'l')
 if not rec[1] then return false end
@@ -50,7 +52,7 @@ elseif last == 0 then
 else
   events = redis.call('LRANGE', KEYS[2], -last, -1)
 end
-return {rec, events}
+return {cjson.encode(rec), events}
 """
 
 # KEYS: hash, events. ARGV: now (us), the caller's event count, its lineage.
@@ -64,7 +66,7 @@ local start = 0
 if rec[9] == ARGV[3] .. ':' .. rec[4] and tonumber(rec[8]) >= tonumber(ARGV[2]) then
   start = tonumber(ARGV[2])
 end
-return {rec, redis.call('LRANGE', KEYS[2], start, -1)}
+return {cjson.encode(rec), redis.call('LRANGE', KEYS[2], start, -1)}
 """
 
 # KEYS: hash, events, archive [, global index [, user index]] (indexes: standalone only).
