@@ -49,6 +49,11 @@ class Colour(enum.IntEnum):
         ({"small": -(2**63) - 1}, "v['small']", "64 bits"),
         ({"c": Colour.RED}, "v['c']", "Colour"),
         ({"o": object()}, "v['o']", "object"),
+        # Paths are put together only once a value is refused, innermost part last.
+        ({"a": [{"b": [0, {"c": {2}}]}]}, "v['a'][0]['b'][1]['c']", "set"),
+        ([[], [1, {"k": {3: 0}}]], "v[1][1]['k'][3]", "key of type int"),
+        ({"a": {"\ud800": 1}}, "v['a']['\\ud800'] (the key)", "unpaired surrogate"),
+        ([{"t": "ok"}, {"t": "x\udfff"}], "v[1]['t']", "unpaired surrogate at index 1"),
     ],
 )
 def test_non_json_is_refused_with_its_path(value: Any, path: str, problem: str) -> None:

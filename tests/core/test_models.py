@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import uuid
 
 import pydantic
 import pytest
@@ -85,3 +86,70 @@ def test_session_fields_keep_their_documented_order() -> None:
         "updated_at",
         "version",
     ]
+
+
+def test_add_event_builds_what_the_validator_builds() -> None:
+    # add_event skips pydantic's validator for a valid author: the Event must be the
+    # one Event(...) would have built, down to the fields it counts as set.
+    session = Session(session_id="s")
+    fast = session.add_event("user", {"text": ["hi", 1]}, channel="web")
+    validated = Event(
+        author="user",
+        content={"text": ["hi", 1]},
+        metadata={"channel": "web"},
+        id=fast.id,
+        timestamp=fast.timestamp,
+    )
+    assert fast == validated
+    assert fast.model_dump_json() == validated.model_dump_json()
+    assert fast.model_fields_set == {"author", "content", "metadata"}
+    assert Event.model_validate_json(fast.model_dump_json()) == fast
+    assert fast.timestamp.tzinfo is dt.timezone.utc
+    uuid_form = uuid.UUID(hex=fast.id)
+    assert uuid_form.version == 4 and uuid_form.hex == fast.id
+    with pytest.raises(pydantic.ValidationError):
+        fast.author = "other"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("author", ["", "x" * 256, 7, None])
+def test_add_event_still_refuses_a_bad_author(author: object) -> None:
+    session = Session(session_id="s")
+    with pytest.raises(pydantic.ValidationError):
+        session.add_event(author)  # type: ignore[arg-type]
+    assert session.events == []
+
+
+class _Tagged(Event):
+    """A subclass, as an application might define: it is encoded by its own model."""
+
+    @pydantic.field_serializer("author")
+    def _shout(self, value: str) -> str:
+        return value.upper()
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        Event(author="user", content={"t": 'é\u2028"\\/', "n": [1, 2.5, None, True]}),
+        Event(author="tool", content=[{"k": {}}], metadata={"m": 1}),
+        Event(author="user", timestamp=dt.datetime(2026, 1, 1, 12, tzinfo=dt.timezone.utc)),
+        # Not UTC: the model's own serializer converts it.
+        Event(
+            author="user",
+            timestamp=dt.datetime(2026, 1, 1, 12, tzinfo=dt.timezone(dt.timedelta(hours=2))),
+        ),
+        _Tagged(author="user", content="hi"),
+    ],
+)
+def test_saved_events_are_encoded_as_the_model_dumps_them(event: Event) -> None:
+    # encode_event writes UTC events of plain JSON without calling model_dump_json: its
+    # text must be the model's, byte for byte, whatever the content.
+    from agentsessions._records import encode_event
+
+    expected = event.model_dump_json()
+    if event.timestamp.utcoffset():
+        expected = event.model_copy(
+            update={"timestamp": event.timestamp.astimezone(dt.timezone.utc)}
+        ).model_dump_json()
+    assert encode_event(event, 3, "events[3]").data == expected
+    assert Event.model_validate_json(expected).timestamp == event.timestamp

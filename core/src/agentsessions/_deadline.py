@@ -56,17 +56,111 @@ class ErrorRule:
         return isinstance(module, str) and module.startswith(self.raised_in)
 
 
-@dataclass(frozen=True, slots=True)
-class _Call:
-    manager: SessionManager
-    operation: str
-    timeout: float
-    deadline: float  # loop time
+class call:
+    """``async with call(manager, operation):`` runs the body as *operation* of *manager*:
+    under its deadline, errors translated.
+
+    A class rather than an ``asynccontextmanager``: it runs twice per agent turn, and a
+    generator-based context manager costs an async generator (and the event loop's
+    first-iteration hook) on every call. The object itself is what `_CURRENT` holds
+    while the body runs.
+    """
+
+    __slots__ = (
+        "_cancelling",
+        "_handle",
+        "_task",
+        "_token",
+        "deadline",
+        "fired",
+        "manager",
+        "operation",
+        "timeout",
+    )
+
+    def __init__(self, manager: SessionManager, operation: str) -> None:
+        self.manager = manager
+        self.operation = operation
+        self.timeout = 0.0
+        self.deadline = 0.0  # loop time
+        self.fired = False
+        self._token: contextvars.Token[call | None] | None = None
+        self._handle: asyncio.TimerHandle | None = None
+        self._task: asyncio.Task[Any] | None = None
+        self._cancelling = 0
+
+    async def __aenter__(self) -> None:
+        manager = self.manager
+        outer = _CURRENT.get()
+        if outer is not None and outer.manager is manager:
+            # Nested in a call of the same manager: its deadline already bounds us.
+            return
+        self.timeout = timeout = manager.options.timeout
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        if outer is not None and outer.deadline < deadline:
+            deadline = outer.deadline
+        self.deadline = deadline
+        # asyncio.timeout_at without it (Python 3.10 has none): cancel the task at the
+        # deadline and turn that cancellation, and only that one, into our error.
+        task = asyncio.current_task()
+        assert task is not None
+        self._task = task
+        self._cancelling = task.cancelling() if _COUNTS_CANCELS else 0
+        self._handle = loop.call_at(deadline, self._expire)
+        self._token = _CURRENT.set(self)
+
+    def _expire(self) -> None:
+        self.fired = True
+        assert self._task is not None
+        self._task.cancel()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        manager = self.manager
+        handle = self._handle
+        if handle is None:  # nested: only the translation
+            if exc is None or not isinstance(exc, Exception):
+                return False
+            error = manager._translate(exc)
+            if error is None:
+                return False
+            raise error from None
+        token, task = self._token, self._task
+        assert token is not None and task is not None
+        self._task = None  # a finished call holds no task
+        try:
+            handle.cancel()
+            if exc is None:
+                if self.fired:
+                    _uncancel(task)  # the body swallowed the cancellation
+                return False
+            if not isinstance(exc, (Exception, asyncio.CancelledError)):
+                return False
+            if self.fired and _uncancel(task) <= self._cancelling:
+                expired = BackendTimeoutError(manager.url, self.operation, self.timeout)
+                _instrumentation.deadline_exceeded(manager, expired)
+                raise expired from None
+            if isinstance(exc, asyncio.CancelledError):
+                return False
+            error = manager._translate(exc)
+            if error is None:
+                return False
+            raise error from None
+        finally:
+            _CURRENT.reset(token)
 
 
-_CURRENT: contextvars.ContextVar[_Call | None] = contextvars.ContextVar(
+_CURRENT: contextvars.ContextVar[call | None] = contextvars.ContextVar(
     "agentsessions_call", default=None
 )
+
+#: Task.cancelling() and uncancel() exist from Python 3.11 on.
+_COUNTS_CANCELS = hasattr(asyncio.Task, "cancelling")
 
 
 def remaining(manager: SessionManager, cap: float | None = None) -> float:
@@ -84,106 +178,6 @@ def remaining(manager: SessionManager, cap: float | None = None) -> float:
     if cap is not None:
         left = min(left, cap)
     return max(left, 0.001)
-
-
-class call:
-    """``async with call(manager, operation):`` runs the body as *operation* of *manager*:
-    under its deadline, errors translated.
-
-    A class rather than an ``asynccontextmanager``: it runs twice per agent turn, and a
-    generator-based context manager costs an async generator (and the event loop's
-    first-iteration hook) on every call.
-    """
-
-    __slots__ = (
-        "_cancelling",
-        "_handle",
-        "_manager",
-        "_operation",
-        "_task",
-        "_timeout",
-        "_token",
-        "fired",
-    )
-
-    def __init__(self, manager: SessionManager, operation: str) -> None:
-        self._manager = manager
-        self._operation = operation
-        self._token: contextvars.Token[_Call | None] | None = None
-        self._handle: asyncio.TimerHandle | None = None
-        self._task: asyncio.Task[Any] | None = None
-        self._cancelling = 0
-        self._timeout = 0.0
-        self.fired = False
-
-    async def __aenter__(self) -> None:
-        manager = self._manager
-        outer = _CURRENT.get()
-        if outer is not None and outer.manager is manager:
-            # Nested in a call of the same manager: its deadline already bounds us.
-            return
-        timeout = manager.options.timeout
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        if outer is not None:
-            deadline = min(deadline, outer.deadline)
-        # asyncio.timeout_at without it (Python 3.10 has none): cancel the task at the
-        # deadline and turn that cancellation, and only that one, into our error.
-        task = asyncio.current_task()
-        assert task is not None
-        self._task = task
-        self._timeout = timeout
-        self._cancelling = _cancelling(task)
-        self._handle = loop.call_at(deadline, self._expire)
-        self._token = _CURRENT.set(_Call(manager, self._operation, timeout, deadline))
-
-    def _expire(self) -> None:
-        self.fired = True
-        assert self._task is not None
-        self._task.cancel()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> bool:
-        manager = self._manager
-        handle = self._handle
-        if handle is None:  # nested: only the translation
-            if exc is None or not isinstance(exc, Exception):
-                return False
-            error = manager._translate(exc)
-            if error is None:
-                return False
-            raise error from None
-        token = self._token
-        assert token is not None and self._task is not None
-        try:
-            handle.cancel()
-            if exc is None:
-                if self.fired:
-                    _uncancel(self._task)  # the body swallowed the cancellation
-                return False
-            if not isinstance(exc, (Exception, asyncio.CancelledError)):
-                return False
-            if self.fired and _uncancel(self._task) <= self._cancelling:
-                expired = BackendTimeoutError(manager.url, self._operation, self._timeout)
-                _instrumentation.deadline_exceeded(manager, expired)
-                raise expired from None
-            if isinstance(exc, asyncio.CancelledError):
-                return False
-            error = manager._translate(exc)
-            if error is None:
-                return False
-            raise error from None
-        finally:
-            _CURRENT.reset(token)
-
-
-def _cancelling(task: asyncio.Task[object]) -> int:
-    counter = getattr(task, "cancelling", None)  # Python 3.11+
-    return int(counter()) if counter is not None else 0
 
 
 def _uncancel(task: asyncio.Task[object]) -> int:

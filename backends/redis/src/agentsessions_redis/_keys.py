@@ -41,6 +41,12 @@ def _tag(value: str) -> str:
     return base64.urlsafe_b64encode(value.encode()).decode().rstrip("=")
 
 
+@functools.lru_cache(maxsize=4096)  # every call on a session computes its keys
+def _session_keys(prefix: str, session_id: str) -> SessionKeys:
+    base = f"{prefix}{{{_tag(session_id)}}}"
+    return SessionKeys(hash=f"{base}:h", events=f"{base}:e", archive=f"{base}:a")
+
+
 def global_member(session_id: str, user_id: str | None) -> bytes:
     return session_id.encode() + b"\x00" + (user_id or "").encode()
 
@@ -69,8 +75,7 @@ class KeyLayout:
         return f"agentsessions:{self.namespace}:"
 
     def session(self, session_id: str) -> SessionKeys:
-        base = f"{self.prefix}{{{_tag(session_id)}}}"
-        return SessionKeys(hash=f"{base}:h", events=f"{base}:e", archive=f"{base}:a")
+        return _session_keys(self.prefix, session_id)
 
     @property
     def index(self) -> str:
