@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
@@ -106,7 +107,7 @@ class call:
         task = asyncio.current_task()
         assert task is not None
         self._task = task
-        self._cancelling = task.cancelling() if _COUNTS_CANCELS else 0
+        self._cancelling = _cancel_count(task)
         self._handle = loop.call_at(deadline, self._expire)
         self._token = _CURRENT.set(self)
 
@@ -120,15 +121,15 @@ class call:
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> bool:
+    ) -> None:
         manager = self.manager
         handle = self._handle
         if handle is None:  # nested: only the translation
             if exc is None or not isinstance(exc, Exception):
-                return False
+                return
             error = manager._translate(exc)
             if error is None:
-                return False
+                return
             raise error from None
         token, task = self._token, self._task
         assert token is not None and task is not None
@@ -138,18 +139,18 @@ class call:
             if exc is None:
                 if self.fired:
                     _uncancel(task)  # the body swallowed the cancellation
-                return False
+                return
             if not isinstance(exc, (Exception, asyncio.CancelledError)):
-                return False
+                return
             if self.fired and _uncancel(task) <= self._cancelling:
                 expired = BackendTimeoutError(manager.url, self.operation, self.timeout)
                 _instrumentation.deadline_exceeded(manager, expired)
                 raise expired from None
             if isinstance(exc, asyncio.CancelledError):
-                return False
+                return
             error = manager._translate(exc)
             if error is None:
-                return False
+                return
             raise error from None
         finally:
             _CURRENT.reset(token)
@@ -159,8 +160,15 @@ _CURRENT: contextvars.ContextVar[call | None] = contextvars.ContextVar(
     "agentsessions_call", default=None
 )
 
-#: Task.cancelling() and uncancel() exist from Python 3.11 on.
-_COUNTS_CANCELS = hasattr(asyncio.Task, "cancelling")
+if sys.version_info >= (3, 11):
+
+    def _cancel_count(task: asyncio.Task[Any]) -> int:
+        return task.cancelling()
+
+else:  # no cancellation counts before Python 3.11
+
+    def _cancel_count(task: asyncio.Task[Any]) -> int:
+        return 0
 
 
 def remaining(manager: SessionManager, cap: float | None = None) -> float:
