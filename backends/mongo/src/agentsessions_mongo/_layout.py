@@ -53,7 +53,9 @@ from agentsessions.backend import (
     SessionRecord,
     expiry_millis,
     from_micros,
+    stamp_lineage,
     to_micros,
+    unstamp_lineage,
 )
 from bson import ObjectId
 from pymongo import ASCENDING, DESCENDING, IndexModel
@@ -77,7 +79,6 @@ __all__ = [
     "segment_ranges",
     "session_doc",
     "stale_events_filter",
-    "stored_lineage",
 ]
 
 Segment = tuple[int, ObjectId]
@@ -198,7 +199,7 @@ def session_doc(record: SessionRecord, incarnation: ObjectId, gen: ObjectId) -> 
         "updated_at": to_micros(record.updated_at),
         "expires_at": expiry_date(record.expires_at),
         "event_count": record.event_count,
-        "lineage": stored_lineage(record),
+        "lineage": stamp_lineage(record.lineage, record.version),
         "incarnation": incarnation,
         "segments": [[0, gen]],
     }
@@ -218,20 +219,9 @@ def record_of(doc: dict[str, Any]) -> SessionRecord:
     )
 
 
-def stored_lineage(record: SessionRecord) -> str:
-    """What ``lineage`` holds: "<lineage>:<version it was written with>".
-
-    A release that predates the lineage saves without touching the field; the version
-    then no longer matches and `lineage_of` reads it as unknown, so such a save can
-    never pass for an append.
-    """
-    return f"{record.lineage}:{record.version}"
-
-
 def lineage_of(doc: dict[str, Any]) -> str:
-    """The session's lineage, or "" (unknown: a retry reads it whole)."""
-    lineage, _, written_at = str(doc.get("lineage", "")).rpartition(":")
-    return lineage if written_at == str(doc["version"]) else ""
+    """The session's lineage (`stamp_lineage`'d), or "" (unknown: a retry reads it whole)."""
+    return unstamp_lineage(doc.get("lineage"), doc["version"])
 
 
 def event_docs(

@@ -35,7 +35,6 @@ never rewritten in place, only deleted, so a complete read is a consistent one).
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -68,6 +67,7 @@ from agentsessions.backend import (
     decode_events,
     refused,
     scrub_secret,
+    stamp_lineage,
     to_micros,
     validate_id,
 )
@@ -97,7 +97,6 @@ from ._layout import (
     expiry_date,
     info_of,
     is_expired,
-    lineage_of,
     list_filter,
     live_filter,
     new_event_pairs,
@@ -106,7 +105,6 @@ from ._layout import (
     segment_ranges,
     session_doc,
     stale_events_filter,
-    stored_lineage,
 )
 from ._options import DEFAULT_DATABASE, MongoOptions, database_name
 
@@ -138,9 +136,32 @@ _SUMMARY_FIELDS = dict.fromkeys(
     ("user_id", "created_at", "updated_at", "event_count", "version"), 1
 )
 
-#: The driver's "cannot reach or use the server" errors. ``timeout`` is pymongo's own
-#: flag for every timeout (server selection, socket, timeoutMS), hence the first rule.
+
+def _too_large(manager: SessionManager, exc: DocumentTooLarge) -> SessionError:
+    # pymongo's own check against the server's limit: never holds the payload.
+    return SessionSerializationError("document", f"{_TOO_LARGE} ({exc})")
+
+
+def _refused_document(manager: SessionManager, exc: InvalidDocument) -> SessionError:
+    return InvalidInputError(f"MongoDB refused a document: {exc}")
+
+
+def _refused_write(manager: SessionManager, exc: BulkWriteError) -> SessionError:
+    # Its str() holds the documents themselves: report codes and messages only.
+    errors = exc.details.get("writeErrors", [])
+    if any(error.get("code") in _TOO_LARGE_CODES for error in errors):
+        return SessionSerializationError("events", _TOO_LARGE)
+    reasons = "; ".join(str(error.get("errmsg", ""))[:200] for error in errors[:3])
+    return manager._unavailable(RuntimeError(f"the server refused the write: {reasons}"))
+
+
+#: Documents the server or pymongo refuses first (a BulkWriteError may carry the timeout
+#: flag too), then the driver's "cannot reach or use the server" errors. ``timeout`` is
+#: pymongo's own flag for every timeout (server selection, socket, timeoutMS).
 _DRIVER_ERRORS = (
+    ErrorRule((DocumentTooLarge,), build=_too_large),  # an InvalidDocument: first
+    ErrorRule((InvalidDocument,), build=_refused_document),
+    ErrorRule((BulkWriteError,), build=_refused_write),
     ErrorRule((PyMongoError,), BackendTimeoutError, when=lambda exc: bool(exc.timeout)),
     ErrorRule((ConnectionFailure, ProtocolError, ExecutionTimeout)),
     ErrorRule(
@@ -208,21 +229,6 @@ class MongoSessionManager(SessionManager):
         """Delete the events and archive documents matching *query* (session, incarnation)."""
         await self._events.delete_many(query)
         await self._archive.delete_many(query)
-
-    def _translate(self, exc: BaseException) -> SessionError | None:
-        if isinstance(exc, DocumentTooLarge):
-            # pymongo's own check against the server's limit: never holds the payload.
-            return SessionSerializationError("document", f"{_TOO_LARGE} ({exc})")
-        if isinstance(exc, InvalidDocument):
-            return InvalidInputError(f"MongoDB refused a document: {exc}")
-        if isinstance(exc, BulkWriteError):
-            # Its str() holds the documents themselves: report codes and messages only.
-            errors = exc.details.get("writeErrors", [])
-            if any(error.get("code") in _TOO_LARGE_CODES for error in errors):
-                return SessionSerializationError("events", _TOO_LARGE)
-            reasons = "; ".join(str(error.get("errmsg", ""))[:200] for error in errors[:3])
-            return self._unavailable(RuntimeError(f"the server refused the write: {reasons}"))
-        return super()._translate(exc)
 
     def _remember(self, session_id: str, info: SessionInfo) -> None:
         # Threads with their own loops share the cache: its steps must not interleave.
@@ -405,15 +411,14 @@ class MongoSessionManager(SessionManager):
                 return None
             info = info_of(doc)
             self._remember(session_id, info)
-            count = info.event_count
+            record, count = record_of(doc), info.event_count
             if since is not None:
-                held, lineage = since
-                low = held if lineage_of(doc) == lineage and count >= held else 0
+                low = record.since_position(*since)
             else:
                 low = 0 if last_events is None else max(0, count - last_events)
             texts = await self._read_texts(session_id, info, low, count)
             if texts is not None:
-                return LoadedSession(record_of(doc), decode_events(texts))
+                return LoadedSession(record, decode_events(texts))
             # A save published since we read the session document and its cleanup
             # removed events of the version we read: read the new version.
         raise self._unavailable(
@@ -457,7 +462,7 @@ class MongoSessionManager(SessionManager):
         for _ in range(_SAVE_ATTEMPTS):
             try:
                 cached = self._infos.get(request.session_id)
-                if cached is None or not _expected(cached, request):
+                if cached is None or not request.expects(cached.version, cached.lineage):
                     cached = await self._stored_info(request, now)
                 if await attempt(request, cached, now):
                     return
@@ -479,7 +484,7 @@ class MongoSessionManager(SessionManager):
             raise refused(request, live=False)
         info = info_of(doc)
         self._remember(request.session_id, info)
-        if not _expected(info, request):
+        if not request.expects(info.version, info.lineage):
             # Another version, or the expected one of another life of the id.
             raise refused(request, live=True)
         return info
@@ -516,7 +521,7 @@ class MongoSessionManager(SessionManager):
             "updated_at": to_micros(record.updated_at),
             "expires_at": expiry_date(record.expires_at),
             "event_count": record.event_count,
-            "lineage": stored_lineage(record),
+            "lineage": stamp_lineage(record.lineage, record.version),
         }
         if segments != info.segments:
             update["segments"] = [list(segment) for segment in segments]
@@ -647,7 +652,7 @@ class MongoSessionManager(SessionManager):
             "updated_at": to_micros(request.updated_at),
             "expires_at": expiry_date(request.expires_at),
             "event_count": request.event_count,
-            "lineage": f"{request.lineage}:{request.version}",
+            "lineage": stamp_lineage(request.lineage, request.version),
             "first": new_first,
             "segments": [list(segment) for segment in segments],
         }
@@ -733,15 +738,6 @@ class MongoSessionManager(SessionManager):
         except _Landed:
             return True
         return False  # same version, another incarnation: deleted and re-created meanwhile
-
-    async def _quietly(self, cleanup: Any) -> None:
-        """Run a cleanup whose failure loses nothing (leftovers stay invisible).
-
-        Used after the outcome is decided: a lost connection at this point must not
-        turn a save that landed into an error the caller would act on.
-        """
-        with contextlib.suppress(PyMongoError):
-            await cleanup
 
     # -- delete / list / purge ----------------------------------------------------------------
 
@@ -908,16 +904,8 @@ async def _prepare(link: _Link) -> None:
     await create_indexes(link.sessions, link.events, link.archive)
 
 
-def _expected(info: SessionInfo, request: SaveRequest | CompactRequest) -> bool:
-    """Whether *info* is the stored session *request* was made from: its version and,
-    when the request names one, its lineage (which tells the lives of an id apart)."""
-    return info.version == request.expected_version and (
-        not request.expected_lineage or info.lineage == request.expected_lineage
-    )
-
-
 def _lineage_filter(request: SaveRequest | CompactRequest) -> Doc:
     """The publish filter's lineage clause: none when the request names no lineage."""
     if not request.expected_lineage:
         return {}
-    return {"lineage": f"{request.expected_lineage}:{request.expected_version}"}
+    return {"lineage": stamp_lineage(request.expected_lineage, request.expected_version)}
