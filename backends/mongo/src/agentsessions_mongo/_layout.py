@@ -46,7 +46,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, NamedTuple
 
 from agentsessions.backend import (
     EventRecord,
@@ -58,10 +58,11 @@ from agentsessions.backend import (
     unstamp_lineage,
 )
 from bson import ObjectId
-from pymongo import ASCENDING, DESCENDING, IndexModel
+from pymongo import ASCENDING, DESCENDING, AsyncMongoClient, IndexModel
 from pymongo.asynchronous.collection import AsyncCollection
 
 __all__ = [
+    "Link",
     "archive_docs",
     "create_indexes",
     "list_filter",
@@ -113,6 +114,15 @@ def is_expired(doc: dict[str, Any], now: datetime) -> bool:
 def expired_filter(now: datetime) -> dict[str, Any]:
     """Matches what `is_expired` says is invisible at *now* (and `live_filter` excludes)."""
     return {"$or": [{"expires_at": {"$lte": now}}, {"expires_at": PENDING}]}
+
+
+class Link(NamedTuple):
+    """One event loop's client and the namespace's three collections."""
+
+    client: AsyncMongoClient[dict[str, Any]]
+    sessions: AsyncCollection[dict[str, Any]]
+    events: AsyncCollection[dict[str, Any]]
+    archive: AsyncCollection[dict[str, Any]]
 
 
 async def create_indexes(

@@ -39,7 +39,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
-from typing import Any, ClassVar, NamedTuple, TypeVar
+from typing import Any, ClassVar, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 from agentsessions import (
@@ -88,14 +88,15 @@ from pymongo.errors import (
     PyMongoError,
 )
 
+from . import _erasure as erasure
 from ._layout import (
     PENDING,
+    Link,
     Segment,
     SessionInfo,
     archive_docs,
     create_indexes,
     event_docs,
-    expired_filter,
     expiry_date,
     info_of,
     is_expired,
@@ -118,8 +119,6 @@ MAX_SEGMENTS = 16
 _LOAD_ATTEMPTS = 16
 _SAVE_ATTEMPTS = 4
 _INFO_CACHE_SIZE = 4096
-_BATCH = 500
-#: The expiry of a session document being restored: long past, so no reader sees it.
 #: Server error codes meaning "the credentials are wrong": the server is unusable to us.
 _AUTH_CODES = frozenset({13, 18})
 #: pymongo's URI options, lower-cased: MongoDB treats option names case-insensitively.
@@ -226,10 +225,8 @@ class MongoSessionManager(SessionManager):
     def _archive(self) -> AsyncCollection[Doc]:
         return self._links.current().archive
 
-    async def _forget_lives(self, query: Doc) -> None:
-        """Delete the events and archive documents matching *query* (session, incarnation)."""
-        await self._events.delete_many(query)
-        await self._archive.delete_many(query)
+    def _forget(self, session_id: str) -> None:
+        self._infos.pop(session_id, None)
 
     def _remember(self, session_id: str, info: SessionInfo) -> None:
         # Threads with their own loops share the cache: its steps must not interleave.
@@ -239,7 +236,7 @@ class MongoSessionManager(SessionManager):
             if len(self._infos) > _INFO_CACHE_SIZE:
                 self._infos.popitem(last=False)
 
-    async def _new_link(self) -> _Link:
+    async def _new_link(self) -> Link:
         o = self.options
         kwargs: dict[str, Any] = {"tz_aware": True, "tzinfo": timezone.utc}
         # Every driver wait is bounded by the deadline; a shorter one given wins. A
@@ -271,7 +268,7 @@ class MongoSessionManager(SessionManager):
                 "landed; use w=1 or w=majority"
             )
         prefix = f"{o.namespace}_" if o.namespace else ""
-        return _Link(
+        return Link(
             client,
             database[f"{prefix}sessions"],
             database[f"{prefix}events"],
@@ -319,9 +316,8 @@ class MongoSessionManager(SessionManager):
             )
             if replaced.matched_count:
                 # The expired incarnation can never be written again: its events go.
-                await self._quietly(
-                    self._forget_lives({"session": session_id, "incarnation": old["incarnation"]})
-                )
+                lives = {"session": session_id, "incarnation": old["incarnation"]}
+                await self._quietly(erasure.forget_lives(self._links.current(), lives))
                 return
 
     async def _restore(
@@ -747,67 +743,12 @@ class MongoSessionManager(SessionManager):
 
     async def _delete(self, session_id: str, now: datetime) -> bool:
         validate_id(session_id)
-        self._infos.pop(session_id, None)
-        doc = await self._sessions.find_one_and_delete(
-            {"_id": session_id}, {"incarnation": 1, "expires_at": 1}
-        )
-        if doc is None:
-            # Events a failed earlier delete left behind go now.
-            await self._delete_dead_incarnations(session_id)
-            return False
-        await self._forget_lives({"session": session_id, "incarnation": doc["incarnation"]})
-        return not is_expired(doc, now)
-
-    async def _delete_dead_incarnations(self, session_id: str) -> None:
-        """Delete the events of every incarnation of *session_id* but the stored one.
-
-        Safe at any time: an incarnation's events are written only after its session
-        document exists, so one whose document is gone or replaced is gone for good.
-        """
-        incarnations = set(await self._events.distinct("incarnation", {"session": session_id}))
-        incarnations |= set(await self._archive.distinct("incarnation", {"session": session_id}))
-        if not incarnations:
-            return
-        doc = await self._sessions.find_one({"_id": session_id}, {"incarnation": 1})
-        current = None if doc is None else doc["incarnation"]
-        dead = [incarnation for incarnation in incarnations if incarnation != current]
-        if dead:
-            await self._forget_lives({"session": session_id, "incarnation": {"$in": dead}})
+        self._forget(session_id)
+        return await erasure.delete_session(self._links.current(), session_id, now)
 
     async def _delete_user(self, user_id: str, now: datetime) -> int:
         validate_id(user_id, "user_id")
-        deleted = 0
-        while True:
-            docs = (
-                await self._sessions.find({"user_id": user_id}, {"incarnation": 1, "expires_at": 1})
-                .limit(_BATCH)
-                .to_list(None)
-            )
-            if not docs:
-                return deleted
-            live = [doc for doc in docs if not is_expired(doc, now)]
-            expired = [doc for doc in docs if is_expired(doc, now)]
-            progress = 0
-            for group in (live, expired):
-                if not group:
-                    continue
-                result = await self._sessions.delete_many(
-                    {"$or": [{"_id": d["_id"], "incarnation": d["incarnation"]} for d in group]}
-                )
-                progress += result.deleted_count
-                if group is live:
-                    deleted += result.deleted_count
-            for doc in docs:
-                self._infos.pop(doc["_id"], None)
-            await self._delete_events_of(docs)
-            if not progress:
-                return deleted  # every one changed under us; nothing left to chase
-
-    async def _delete_events_of(self, docs: list[Doc]) -> None:
-        if docs:
-            await self._forget_lives(
-                {"$or": [{"session": d["_id"], "incarnation": d["incarnation"]} for d in docs]}
-            )
+        return await erasure.delete_user(self._links.current(), user_id, now, self._forget)
 
     async def _list(
         self,
@@ -827,80 +768,16 @@ class MongoSessionManager(SessionManager):
         return [record_of({**doc, "state": ""}).summary() for doc in docs]
 
     async def _purge_expired(self, now: datetime) -> int:
-        """Delete expired sessions with their events, then events no session owns.
-
-        The TTL monitor deletes expired session documents on its own, but it cannot
-        delete their events (renewing an expiry on every event at each save would make
-        a save cost O(history)). Those events are invisible, and the second pass here
-        reclaims them: it reads the distinct (session, incarnation) pairs of the events
-        collection, so it costs a scan of that collection; run it as periodic upkeep.
-        """
-        purged = 0
-        while True:
-            docs = (
-                await self._sessions.find(expired_filter(now), {"incarnation": 1})
-                .limit(_BATCH)
-                .to_list(None)
-            )
-            if not docs:
-                break
-            result = await self._sessions.delete_many(
-                {
-                    "$or": [
-                        {"_id": d["_id"], "incarnation": d["incarnation"], **expired_filter(now)}
-                        for d in docs
-                    ]
-                }
-            )
-            purged += result.deleted_count
-            for doc in docs:
-                self._infos.pop(doc["_id"], None)
-            await self._delete_events_of(docs)
-            if not result.deleted_count or len(docs) < _BATCH:
-                break
-        await self._delete_orphaned_events()
-        return purged
-
-    async def _delete_orphaned_events(self) -> None:
-        await self._delete_orphans_of(self._events)
-        await self._delete_orphans_of(self._archive)
-
-    async def _delete_orphans_of(self, collection: AsyncCollection[Doc]) -> None:
-        pairs_cursor = await collection.aggregate(
-            [{"$group": {"_id": {"session": "$session", "incarnation": "$incarnation"}}}]
-        )
-        pairs = [(doc["_id"]["session"], doc["_id"]["incarnation"]) async for doc in pairs_cursor]
-        for index in range(0, len(pairs), _BATCH):
-            batch = pairs[index : index + _BATCH]
-            current = {
-                doc["_id"]: doc["incarnation"]
-                async for doc in self._sessions.find(
-                    {"_id": {"$in": list({session for session, _ in batch})}}, {"incarnation": 1}
-                )
-            }
-            dead = [
-                {"session": session, "incarnation": incarnation}
-                for session, incarnation in batch
-                if current.get(session) != incarnation
-            ]
-            if dead:
-                await collection.delete_many({"$or": dead})
+        """Delete expired sessions with their events, then events no session owns (see
+        `erasure.purge_expired`: it scans the events collection; run it as upkeep)."""
+        return await erasure.purge_expired(self._links.current(), now, self._forget)
 
 
-class _Link(NamedTuple):
-    """One event loop's client and collections."""
-
-    client: AsyncMongoClient[Doc]
-    sessions: AsyncCollection[Doc]
-    events: AsyncCollection[Doc]
-    archive: AsyncCollection[Doc]
-
-
-async def _close_link(link: _Link) -> None:
+async def _close_link(link: Link) -> None:
     await link.client.close()
 
 
-async def _prepare(link: _Link) -> None:
+async def _prepare(link: Link) -> None:
     await create_indexes(link.sessions, link.events, link.archive)
 
 
