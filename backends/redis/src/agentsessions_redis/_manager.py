@@ -44,6 +44,7 @@ from agentsessions.backend import (
     refused,
     scrub_secret,
     to_micros,
+    unstamp_lineage,
 )
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis
@@ -691,25 +692,13 @@ def _scored(pairs: Any) -> list[tuple[bytes, int]]:
 
 def _record(fields: list[bytes | None]) -> SessionRecord:
     """The record a load script read (`_scripts.HASH_FIELDS`, ``l`` last)."""
-    return decode_record((*fields[:8], _lineage(fields[8], fields[3])))
+    return decode_record((*fields[:8], unstamp_lineage(fields[8], fields[3])))
 
 
 def _loaded_record(encoded: bytes) -> SessionRecord:
     """The record a load script read, as the JSON array it encoded (false: missing)."""
     fields = [None if value is False else value for value in pydantic_core.from_json(encoded)]
-    lineage, version = fields[8], fields[3]
-    if lineage is not None and version is not None:
-        lineage, _, written_at = lineage.rpartition(":")
-        fields[8] = lineage if written_at == version else ""
-    return decode_record(fields)
-
-
-def _lineage(stored: bytes | None, version: bytes | None) -> str:
-    """The lineage in field ``l`` if the session's last save wrote it, else "" (unknown)."""
-    if stored is None or version is None:
-        return ""
-    lineage, _, written_at = stored.rpartition(b":")
-    return lineage.decode() if written_at == version else ""
+    return decode_record((*fields[:8], unstamp_lineage(fields[8], fields[3])))
 
 
 async def _bounded(call: Callable[[E], Awaitable[T]], items: Sequence[E]) -> list[T]:
