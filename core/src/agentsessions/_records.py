@@ -331,7 +331,8 @@ def decode_events(texts: Sequence[str] | Sequence[bytes]) -> list[Event]:
     """
     if not texts:
         return []
-    return LazyEvents(StoredEvents(list(texts)))
+    # A copy: the backend may reuse its list; the texts themselves are immutable.
+    return LazyEvents(StoredEvents(texts[:]))
 
 
 _EVENT_FIELDS = frozenset(Event.model_fields)

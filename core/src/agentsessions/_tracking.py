@@ -251,7 +251,7 @@ class LazyEvents(EventList):
         else:
             self._tail.extend(values)
 
-    def __iadd__(self, values: Iterable[Event]) -> LazyEvents:  # type: ignore[override,misc]
+    def __iadd__(self, values: Iterable[Event]) -> LazyEvents:  # type: ignore[override]
         self.extend(values)
         return self
 
