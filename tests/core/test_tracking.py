@@ -323,8 +323,7 @@ async def test_an_undecoded_session_validates_serialises_and_copies_whole() -> N
     assert len((await fresh()).model_dump()["events"]) == 6
     assert Session.model_validate_json((await fresh()).model_dump_json()).events == POOL[:6]
     assert Session(**dict((await fresh()).__dict__)).events == POOL[:6]
-    assert Session.model_validate({"session_id": "x", "events": (await fresh()).events}).events == (
-        POOL[:6]
-    )
+    validated = Session.model_validate({"session_id": "x", "events": (await fresh()).events})
+    assert validated.events == POOL[:6]
     assert (await fresh()).model_copy(deep=True).events == POOL[:6]
     assert copy.deepcopy((await fresh()).events) == POOL[:6]
