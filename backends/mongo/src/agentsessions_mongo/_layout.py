@@ -5,7 +5,7 @@ Two collections per namespace:
 ``sessions`` -- one document per session::
 
     {_id: session_id, user_id, state: "<JSON text>", version, created_at: <int us>,
-     updated_at: <int us>, expires_at: <date> | null, event_count, lineage,
+     updated_at: <int us>, expires_at: <date> | null | {pending: true}, event_count, lineage,
      incarnation: <ObjectId>, segments: [[start_position, <gen ObjectId>], ...],
      first: <position of the first event, absent = 0>, archives: [<writer>, ...]}
 
@@ -46,20 +46,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, NamedTuple
 
 from agentsessions.backend import (
     EventRecord,
     SessionRecord,
     expiry_millis,
     from_micros,
+    stamp_lineage,
     to_micros,
+    unstamp_lineage,
 )
 from bson import ObjectId
-from pymongo import ASCENDING, DESCENDING, IndexModel
+from pymongo import ASCENDING, DESCENDING, AsyncMongoClient, IndexModel
 from pymongo.asynchronous.collection import AsyncCollection
 
 __all__ = [
+    "Link",
     "archive_docs",
     "create_indexes",
     "list_filter",
@@ -68,6 +71,8 @@ __all__ = [
     "event_docs",
     "expiry_date",
     "info_of",
+    "PENDING",
+    "expired_filter",
     "is_expired",
     "lineage_of",
     "live_filter",
@@ -77,7 +82,6 @@ __all__ = [
     "segment_ranges",
     "session_doc",
     "stale_events_filter",
-    "stored_lineage",
 ]
 
 Segment = tuple[int, ObjectId]
@@ -93,9 +97,32 @@ def expiry_date(when: datetime | None) -> datetime | None:
     return _EPOCH + timedelta(milliseconds=expiry_millis(when))
 
 
+# What a restore's session document holds until its events are written: never visible,
+# and not a date, so no TTL monitor ever deletes it. One that deletes from a stale
+# snapshot (SecantusDB's does) would otherwise take a document published since.
+PENDING: dict[str, Any] = {"pending": True}
+
+
 def is_expired(doc: dict[str, Any], now: datetime) -> bool:
+    """Whether *doc* is invisible at *now*: past its expiry, or a restore's pending document."""
     expires = doc.get("expires_at")
-    return expires is not None and expires <= now
+    if isinstance(expires, datetime):
+        return expires <= now
+    return expires is not None
+
+
+def expired_filter(now: datetime) -> dict[str, Any]:
+    """Matches what `is_expired` says is invisible at *now* (and `live_filter` excludes)."""
+    return {"$or": [{"expires_at": {"$lte": now}}, {"expires_at": PENDING}]}
+
+
+class Link(NamedTuple):
+    """One event loop's client and the namespace's three collections."""
+
+    client: AsyncMongoClient[dict[str, Any]]
+    sessions: AsyncCollection[dict[str, Any]]
+    events: AsyncCollection[dict[str, Any]]
+    archive: AsyncCollection[dict[str, Any]]
 
 
 async def create_indexes(
@@ -198,7 +225,7 @@ def session_doc(record: SessionRecord, incarnation: ObjectId, gen: ObjectId) -> 
         "updated_at": to_micros(record.updated_at),
         "expires_at": expiry_date(record.expires_at),
         "event_count": record.event_count,
-        "lineage": stored_lineage(record),
+        "lineage": stamp_lineage(record.lineage, record.version),
         "incarnation": incarnation,
         "segments": [[0, gen]],
     }
@@ -218,20 +245,9 @@ def record_of(doc: dict[str, Any]) -> SessionRecord:
     )
 
 
-def stored_lineage(record: SessionRecord) -> str:
-    """What ``lineage`` holds: "<lineage>:<version it was written with>".
-
-    A release that predates the lineage saves without touching the field; the version
-    then no longer matches and `lineage_of` reads it as unknown, so such a save can
-    never pass for an append.
-    """
-    return f"{record.lineage}:{record.version}"
-
-
 def lineage_of(doc: dict[str, Any]) -> str:
-    """The session's lineage, or "" (unknown: a retry reads it whole)."""
-    lineage, _, written_at = str(doc.get("lineage", "")).rpartition(":")
-    return lineage if written_at == str(doc["version"]) else ""
+    """The session's lineage (`stamp_lineage`'d), or "" (unknown: a retry reads it whole)."""
+    return unstamp_lineage(doc.get("lineage"), doc["version"])
 
 
 def event_docs(
