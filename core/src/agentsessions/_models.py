@@ -150,6 +150,17 @@ class Session(BaseModel, EventsAndState):
             )
         super().__setattr__(name, value)
 
+    def __eq__(self, other: object) -> bool:
+        # Fields, not tracking: pydantic's own __eq__ also compares private attributes,
+        # and a loaded session's tracking refers back into its events, which recursed.
+        if not isinstance(other, Session):
+            return NotImplemented
+        return (
+            type(self) is type(other)
+            and self.__dict__ == other.__dict__
+            and self.first_event_position == other.first_event_position
+        )
+
     @property
     def is_partial(self) -> bool:
         """True when loaded with ``last_events``: ``events`` holds only the newest ones."""
