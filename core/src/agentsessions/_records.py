@@ -15,7 +15,6 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pydantic_core
-from pydantic import TypeAdapter
 
 from . import _json
 from ._errors import (
@@ -26,6 +25,7 @@ from ._errors import (
     SessionSerializationError,
 )
 from ._models import Event, SessionSummary
+from ._tracking import LazyEvents, StoredEvents
 
 __all__ = [
     "Capabilities",
@@ -375,18 +375,17 @@ def refused(
     return SessionConflictError(session_id, request.expected_version, detail)
 
 
-_EVENTS = TypeAdapter(list[Event])
-
-
 def decode_events(texts: Sequence[str] | Sequence[bytes]) -> list[Event]:
-    """Decode stored event JSON texts in one pass (pydantic-core, no per-event Python)."""
+    """The events stored as these JSON texts (str or UTF-8 bytes), in order.
+
+    Decoded lazily: the list validates and builds them all in one pydantic-core pass
+    the first time the caller looks at them (`LazyEvents`); a caller that only
+    appends and saves never pays for it.
+    """
     if not texts:
         return []
-    if isinstance(texts[0], bytes):
-        blob: str | bytes = b"[" + b",".join(texts) + b"]"  # type: ignore[arg-type]
-    else:
-        blob = "[" + ",".join(texts) + "]"  # type: ignore[arg-type]
-    return _EVENTS.validate_json(blob)
+    # A copy: the backend may reuse its list; the texts themselves are immutable.
+    return LazyEvents(StoredEvents(texts[:]))
 
 
 _EVENT_FIELDS = frozenset(Event.model_fields)
