@@ -209,6 +209,9 @@ async def _lead(
             if session is None:
                 raise SessionNotFoundError(session_id)
             held = session._loaded
+            # A caller that gave up waiting (its deadline, a cancellation) before its
+            # change was sent: it is dropped, so it is not stored.
+            group[1:] = [call for call in group[1:] if not call.gone]
             failed = await _apply(group, session)
             if failed is not None:
                 call, error = failed
