@@ -21,8 +21,10 @@ from agentsessions import (
     connect,
 )
 from agentsessions.backend import Capabilities
+from agentsessions_conformance import FrozenClock
 from agentsessions_mongo import MongoSessionManager
 from agentsessions_mongo import _manager as manager_module
+from agentsessions_mongo._layout import PENDING
 from pymongo.asynchronous.database import AsyncDatabase
 
 pytestmark = pytest.mark.mongo
@@ -419,14 +421,17 @@ async def test_reader_rereads_when_cleanup_overtakes_it(
 async def test_create_over_expired_and_purge_reclaim_events(
     make_manager: ManagerFactory, raw_db: RawDb
 ) -> None:
-    short = await make_manager(ttl=0.2)
+    # The managers' own clock passes the ttl: a busy machine cannot make a session
+    # expire before the test means it to.
+    clock = FrozenClock()
+    short = await make_manager(ttl=60, clock=clock)
     session = await short.create("old", "u")
     session.add_event("user", "old")
     await short.save(session)
     gone = await short.create("ttl-monitor", "u")
     gone.add_event("user", "orphan")
     await short.save(gone)
-    await asyncio.sleep(0.3)
+    clock.advance(61)
     assert await short.get("old") is None
 
     fresh = await short.create("old", "u")
@@ -439,13 +444,64 @@ async def test_create_over_expired_and_purge_reclaim_events(
     assert await short.purge_expired() == 0
     assert await raw_positions(raw_db, short, "ttl-monitor") == []
 
-    kept = await make_manager()
+    kept = await make_manager(clock=clock)
     live = await kept.create("live")
     live.add_event("user", "stays")
     await kept.save(live)
-    await asyncio.sleep(0.3)
+    clock.advance(61)
     assert await kept.purge_expired() == 1  # "old" (re-created with the ttl) expired again
     assert await raw_positions(raw_db, kept, "live") == [0]
+
+
+async def test_a_stale_ttl_monitor_never_takes_a_restored_session(
+    mongo: MongoSessionManager, raw_db: RawDb, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A TTL monitor that deletes what matched in a snapshot taken while a restore was
+    pending (SecantusDB's does, without re-checking) must find nothing to take."""
+    sessions = raw_db[collections(mongo)[0]]
+    snapshot: list[Any] = []
+    original = MongoSessionManager._insert
+
+    async def insert_while_a_monitor_looks(self: MongoSessionManager, docs: list[Any]) -> bool:
+        # Between the pending document and the publish: what a TTL index would expire now.
+        expired = {"expires_at": {"$type": "date", "$lte": datetime.now(timezone.utc)}}
+        snapshot.extend([doc["_id"] async for doc in sessions.find(expired, {"_id": 1})])
+        return await original(self, docs)
+
+    monkeypatch.setattr(MongoSessionManager, "_insert", insert_while_a_monitor_looks)
+    async with connect("memory://") as memory:
+        source = await memory.create("moved", "u", state={"k": 1})
+        source.add_event("user", "hello")
+        await memory.save(source)
+    await mongo.restore(source)
+    monkeypatch.setattr(MongoSessionManager, "_insert", original)
+
+    assert snapshot == []  # the pending document is not a date: no TTL index matches it
+    await sessions.delete_many({"_id": {"$in": snapshot}})  # the monitor's stale delete
+    restored = await (await _fresh(mongo)).get("moved")
+    assert restored is not None and contents(restored) == ["hello"]
+
+
+async def test_a_restore_killed_before_its_publish_is_invisible_and_purged(
+    mongo: MongoSessionManager, raw_db: RawDb, kill_after_insert: list[int]
+) -> None:
+    async with connect("memory://") as memory:
+        source = await memory.create("half", "u")
+        source.add_event("user", "never seen")
+        await memory.save(source)
+    with pytest.raises(RuntimeError, match="killed"):
+        await mongo.restore(source)
+    assert kill_after_insert == [1]
+    # What a kill leaves (the restore's own cleanup did not run): rebuild it by hand.
+    sessions = raw_db[collections(mongo)[0]]
+    await sessions.insert_one({"_id": "half", "incarnation": "dead", "expires_at": PENDING})
+    for reader in (mongo, await _fresh(mongo)):
+        assert await reader.get("half") is None
+        assert [s.session_id for s in (await reader.list_sessions()).items] == []
+    assert await mongo.purge_expired() == 1
+    assert await sessions.count_documents({"_id": "half"}) == 0
+    fresh = await mongo.create("half")  # and the id is free again
+    assert fresh.version == 1
 
 
 # -- ids -------------------------------------------------------------------------------------

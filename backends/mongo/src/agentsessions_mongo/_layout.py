@@ -5,7 +5,7 @@ Two collections per namespace:
 ``sessions`` -- one document per session::
 
     {_id: session_id, user_id, state: "<JSON text>", version, created_at: <int us>,
-     updated_at: <int us>, expires_at: <date> | null, event_count, lineage,
+     updated_at: <int us>, expires_at: <date> | null | {pending: true}, event_count, lineage,
      incarnation: <ObjectId>, segments: [[start_position, <gen ObjectId>], ...],
      first: <position of the first event, absent = 0>, archives: [<writer>, ...]}
 
@@ -68,6 +68,8 @@ __all__ = [
     "event_docs",
     "expiry_date",
     "info_of",
+    "PENDING",
+    "expired_filter",
     "is_expired",
     "lineage_of",
     "live_filter",
@@ -93,9 +95,23 @@ def expiry_date(when: datetime | None) -> datetime | None:
     return _EPOCH + timedelta(milliseconds=expiry_millis(when))
 
 
+# What a restore's session document holds until its events are written: never visible,
+# and not a date, so no TTL monitor ever deletes it. One that deletes from a stale
+# snapshot (SecantusDB's does) would otherwise take a document published since.
+PENDING: dict[str, Any] = {"pending": True}
+
+
 def is_expired(doc: dict[str, Any], now: datetime) -> bool:
+    """Whether *doc* is invisible at *now*: past its expiry, or a restore's pending document."""
     expires = doc.get("expires_at")
-    return expires is not None and expires <= now
+    if isinstance(expires, datetime):
+        return expires <= now
+    return expires is not None
+
+
+def expired_filter(now: datetime) -> dict[str, Any]:
+    """Matches what `is_expired` says is invisible at *now* (and `live_filter` excludes)."""
+    return {"$or": [{"expires_at": {"$lte": now}}, {"expires_at": PENDING}]}
 
 
 async def create_indexes(

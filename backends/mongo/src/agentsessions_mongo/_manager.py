@@ -89,11 +89,13 @@ from pymongo.errors import (
 )
 
 from ._layout import (
+    PENDING,
     Segment,
     SessionInfo,
     archive_docs,
     create_indexes,
     event_docs,
+    expired_filter,
     expiry_date,
     info_of,
     is_expired,
@@ -120,7 +122,6 @@ _SAVE_ATTEMPTS = 4
 _INFO_CACHE_SIZE = 4096
 _BATCH = 500
 #: The expiry of a session document being restored: long past, so no reader sees it.
-_PENDING = datetime(1970, 1, 1, tzinfo=timezone.utc)
 #: Server error codes meaning "the credentials are wrong": the server is unusable to us.
 _AUTH_CODES = frozenset({13, 18})
 #: pymongo's URI options, lower-cased: MongoDB treats option names case-insensitively.
@@ -302,10 +303,11 @@ class MongoSessionManager(SessionManager):
             if not is_expired(old, now):
                 raise SessionExistsError(session_id) from None
             replaced = await self._sessions.replace_one(
+                # Still the expired (or pending) document we read: an exact match.
                 {
                     "_id": session_id,
                     "incarnation": old["incarnation"],
-                    "expires_at": {"$lte": now},
+                    "expires_at": old["expires_at"],
                 },
                 doc,
             )
@@ -319,14 +321,16 @@ class MongoSessionManager(SessionManager):
     async def _restore(
         self, record: SessionRecord, events: list[EventRecord], now: datetime
     ) -> None:
-        """The session document first, expired (so invisible), then the events, then one
+        """The session document first, pending (invisible), then the events, then one
         update that gives it its real expiry: the publish, atomic like a save's.
 
         The document exists before any event is written, so cleanup that deletes the
         events of vanished incarnations never takes ours. Whoever takes the id
-        meanwhile (a create replaces an expired document) wins, and this restore raises
-        `SessionExistsError`. A kill before the publish leaves an expired document for
-        the TTL monitor and events for `purge_expired`, never a visible session.
+        meanwhile (a create replaces an invisible document) wins, and this restore
+        raises `SessionExistsError`. Pending is not a date, so the TTL monitor never
+        deletes the document: one that deletes from a snapshot taken before the publish
+        would lose a restore that reported success. A kill before the publish leaves a
+        pending document and events for `purge_expired`, never a visible session.
         """
         session_id = validate_id(record.session_id)
         if record.user_id is not None:
@@ -341,7 +345,7 @@ class MongoSessionManager(SessionManager):
                 await self._insert_session(doc, now)
                 self._remember(session_id, info)
                 return
-            doc["expires_at"] = _PENDING
+            doc["expires_at"] = PENDING
             await self._insert_session(doc, now)
             mine = {"session": session_id, "incarnation": incarnation}
             try:
@@ -368,7 +372,7 @@ class MongoSessionManager(SessionManager):
             # live session would. Retrying would take it back and the two would keep
             # undoing each other until both gave up.
             if current is not None and (
-                not is_expired(current, now) or current.get("expires_at") == _PENDING
+                not is_expired(current, now) or current.get("expires_at") == PENDING
             ):
                 raise SessionExistsError(session_id)
             # Deleted or purged while pending (it looked expired): write it again.
@@ -838,7 +842,7 @@ class MongoSessionManager(SessionManager):
         purged = 0
         while True:
             docs = (
-                await self._sessions.find({"expires_at": {"$lte": now}}, {"incarnation": 1})
+                await self._sessions.find(expired_filter(now), {"incarnation": 1})
                 .limit(_BATCH)
                 .to_list(None)
             )
@@ -847,11 +851,7 @@ class MongoSessionManager(SessionManager):
             result = await self._sessions.delete_many(
                 {
                     "$or": [
-                        {
-                            "_id": d["_id"],
-                            "incarnation": d["incarnation"],
-                            "expires_at": {"$lte": now},
-                        }
+                        {"_id": d["_id"], "incarnation": d["incarnation"], **expired_filter(now)}
                         for d in docs
                     ]
                 }
