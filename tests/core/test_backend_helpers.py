@@ -24,7 +24,9 @@ from agentsessions.backend import (
     encode_record,
     expiry_millis,
     refused,
+    stamp_lineage,
     to_micros,
+    unstamp_lineage,
 )
 
 WHEN = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=timezone.utc)
@@ -76,6 +78,49 @@ def test_a_refused_write_is_a_conflict_while_live_else_not_found() -> None:
     missing = refused(compact, live=False)
     assert isinstance(missing, SessionNotFoundError)
     assert "s2" in str(missing)
+    other_life = refused(save, live=True, stored_version=-2, other_life=True)
+    assert isinstance(other_life, SessionConflictError)
+    assert "created or restored again" in str(other_life)
+    assert "-2" not in str(other_life)
+    assert isinstance(refused(save, live=False, other_life=True), SessionNotFoundError)
+
+
+def test_a_request_expects_its_version_and_its_lineage_unless_it_names_none() -> None:
+    save = SaveRequest(
+        RECORD, expected_version=2, stored_event_count=7, keep=7, new_events=[],
+        expected_lineage="life-1",
+    )  # fmt: skip
+    assert save.expects(2, "life-1")
+    assert not save.expects(3, "life-1")
+    assert not save.expects(2, "life-2")  # the same version of another life of the id
+    assert not save.expects(2, "")
+    unknown = CompactRequest("s2", 5, 6, WHEN, None, 10, 4, [])  # expected_lineage ""
+    assert unknown.expects(5, "any-life")
+    assert unknown.expects(5, "")
+    assert not unknown.expects(4, "any-life")
+
+
+def test_load_since_starts_after_the_copy_only_while_its_lineage_is_stored() -> None:
+    record = SessionRecord(*encode_record(RECORD)[:8], "life-1")  # 7 events
+    assert record.since_position(5, "life-1") == 5
+    assert record.since_position(7, "life-1") == 7
+    assert record.since_position(8, "life-1") == 0  # more than stored: a rewrite
+    assert record.since_position(5, "life-2") == 0
+    assert record.since_position(5, "") == 0
+
+
+def test_a_stamped_lineage_reads_back_only_at_the_version_it_was_written() -> None:
+    stored = stamp_lineage("0123abcd", 7)
+    assert stored == "0123abcd:7"
+    assert unstamp_lineage(stored, 7) == "0123abcd"
+    assert unstamp_lineage(stored, "7") == "0123abcd"
+    assert unstamp_lineage(stored.encode(), b"7") == "0123abcd"  # a Redis hash's bytes
+    # An older release saved version 8 without touching the field: unknown, not stale.
+    assert unstamp_lineage(stored, 8) == ""
+    assert unstamp_lineage(stored.encode(), b"70") == ""
+    assert unstamp_lineage(None, 7) == ""
+    assert unstamp_lineage(stored, None) == ""
+    assert unstamp_lineage("no-colon", 7) == ""
 
 
 def test_driver_waits_are_bounded_by_the_timeout() -> None:

@@ -11,6 +11,7 @@ import pytest
 from agentsessions import (
     BackendTimeoutError,
     BackendUnavailableError,
+    InvalidInputError,
     InvalidOptionError,
     connect,
 )
@@ -22,11 +23,20 @@ class DriverDown(Exception):
     pass
 
 
+class DriverRefused(Exception):
+    """A driver error that is not about availability (a value the engine refuses)."""
+
+
+def _refused(manager: Slow, exc: DriverRefused) -> InvalidInputError:
+    return InvalidInputError(f"{manager.options.namespace or 'default'} refused: {exc}")
+
+
 class Slow(MemorySessionManager):
     """Memory, with hooks that hang (a silent server) or fail like a driver."""
 
     driver_errors = (
         ErrorRule((TimeoutError,), BackendTimeoutError),
+        ErrorRule((DriverRefused,), build=_refused),
         ErrorRule((DriverDown,)),
         ErrorRule((AttributeError,), raised_in="fakedriver."),
     )
@@ -108,6 +118,34 @@ async def test_declared_driver_errors_are_translated_and_others_are_not() -> Non
     manager.fail = KeyError("a bug")
     with pytest.raises(KeyError):
         await manager.get("s")
+
+
+async def test_a_rule_may_build_its_own_error() -> None:
+    manager = slow(namespace="app")
+    await manager.create("s")
+    manager.fail = DriverRefused("value too deep")
+    with pytest.raises(InvalidInputError, match=r"^app refused: value too deep$"):
+        await manager.get("s")
+
+
+async def test_cleanup_swallows_declared_driver_errors_only() -> None:
+    manager = slow()
+    ran: list[str] = []
+
+    async def cleanup(exc: BaseException) -> None:
+        ran.append(type(exc).__name__)
+        raise exc
+
+    # Declared, whatever the rule's conditions: a cleanup that lost its connection.
+    await manager._quietly(cleanup(DriverDown("connection reset")))
+    await manager._quietly(cleanup(DriverRefused("no")))
+    with pytest.raises(KeyError):
+        await manager._quietly(cleanup(KeyError("a bug")))
+    with pytest.raises(AttributeError):  # a raised_in rule: not the driver's
+        await manager._quietly(cleanup(AttributeError("ours")))
+    with pytest.raises(asyncio.CancelledError):
+        await manager._quietly(cleanup(asyncio.CancelledError()))
+    assert ran == ["DriverDown", "DriverRefused", "KeyError", "AttributeError", "CancelledError"]
 
 
 async def test_a_broad_exception_type_is_matched_only_where_the_driver_raised_it() -> None:

@@ -85,3 +85,19 @@ def test_session_fields_keep_their_documented_order() -> None:
         "updated_at",
         "version",
     ]
+
+
+async def test_loaded_sessions_compare_by_their_fields() -> None:
+    async with MemorySessionManager() as manager:
+        session = await manager.create("eq", "u", state={"n": 1})
+        session.add_event("user", "hello")
+        await manager.save(session)
+        first, second = await manager.get("eq"), await manager.get("eq")
+        assert first is not None and second is not None
+        assert first == second and first == session  # tracking is not compared
+        assert first == Session.model_validate(first.model_dump())
+        second.state["n"] = 2
+        assert first != second
+        assert first != "eq"
+        with pytest.raises(TypeError, match="unhashable"):
+            hash(first)

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import copy
+import pickle
 from typing import Any
 
 import pytest
-from agentsessions import Event, MemorySessionManager
-from agentsessions._tracking import EventList
+from agentsessions import Event, InvalidInputError, MemorySessionManager, Session
+from agentsessions._tracking import (
+    EventList,
+    LazyEvents,
+    StoredEvents,
+    event_contents,
+    event_ids,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -127,3 +135,195 @@ async def test_removals_are_saved(mutate: Any) -> None:
     stored = await manager.get("s")
     assert stored is not None
     assert stored.events == expected
+
+
+# -- LazyEvents: loaded events decode on first use -------------------------------------
+
+STORED = [event.model_dump_json() for event in POOL[:6]]
+# What never needs the loaded events decoded.
+appends = st.one_of(
+    st.tuples(st.just("append"), events_st),
+    st.tuples(st.just("extend"), st.lists(events_st, max_size=3)),
+    st.tuples(st.just("iadd"), st.lists(events_st, max_size=3)),
+)
+
+reads = st.one_of(
+    st.tuples(st.just("len")),
+    st.tuples(st.just("getitem"), index_st),
+    st.tuples(st.just("getslice"), slice_st),
+    st.tuples(st.just("iter")),
+    st.tuples(st.just("reversed")),
+    st.tuples(st.just("contains"), events_st),
+    st.tuples(st.just("eq")),
+    st.tuples(st.just("add")),
+    st.tuples(st.just("radd")),
+    st.tuples(st.just("index"), events_st),
+    st.tuples(st.just("count"), events_st),
+    st.tuples(st.just("bool")),
+)
+
+
+def _read(target: list[Event], op: tuple[Any, ...]) -> Any:
+    name, *args = op
+    try:
+        if name == "len":
+            return len(target)
+        if name == "getitem":
+            return target[args[0]]
+        if name == "getslice":
+            return target[args[0]]
+        if name == "iter":
+            return list(iter(target))
+        if name == "reversed":
+            return list(reversed(target))
+        if name == "contains":
+            return args[0] in target
+        if name == "eq":
+            return [target == POOL[:6], target != POOL[:6], POOL[:6] == target]
+        if name == "add":
+            return target + POOL[:1]
+        if name == "radd":
+            return POOL[:1] + target
+        if name == "index":
+            return target.index(args[0])
+        if name == "count":
+            return target.count(args[0])
+        return bool(target)
+    except (IndexError, ValueError) as exc:
+        return type(exc)
+
+
+def _lazy() -> LazyEvents:
+    return LazyEvents(StoredEvents(STORED))
+
+
+@given(st.lists(st.one_of(operations, reads.map(lambda op: ("read", op))), max_size=8))
+def test_a_lazy_list_behaves_as_the_plain_list_of_its_events(ops: list[tuple[Any, ...]]) -> None:
+    lazy, plain = _lazy(), list(POOL[:6])
+    for op in ops:
+        if op[0] == "read":
+            assert _read(lazy, op[1]) == _read(plain, op[1])
+        else:
+            _apply(lazy, op)
+            _apply(plain, op)
+        assert len(lazy) == len(plain)
+        assert 0 <= lazy.first_change <= len(lazy)
+    assert lazy == plain
+    assert list(lazy) == plain
+    assert lazy[: lazy.first_change] == POOL[: lazy.first_change]
+
+
+@given(st.lists(appends, max_size=6))
+def test_appending_never_decodes_the_loaded_events(ops: list[tuple[Any, ...]]) -> None:
+    lazy, plain = _lazy(), list(POOL[:6])
+    for op in ops:
+        _apply(lazy, op)
+        _apply(plain, op)
+    assert len(lazy) == len(plain)
+    assert lazy[6:] == plain[6:]
+    if len(plain) > 6:  # the last event is an appended one
+        assert lazy[-1] == plain[-1]
+        assert lazy.pop() == plain.pop()
+    del lazy[6:]
+    del plain[6:]
+    assert lazy.first_change == 6
+    assert not lazy.decoded
+    assert lazy == plain  # only now decoded
+    assert lazy.decoded
+
+
+def test_the_decoded_events_are_shared_by_siblings_and_survive_copies() -> None:
+    lazy = _lazy()
+    sibling = lazy.sibling()
+    assert isinstance(sibling, LazyEvents)
+    assert all(a is b for a, b in zip(lazy, sibling, strict=True))
+    for copied in (copy.copy(_lazy()), copy.deepcopy(_lazy()), pickle.loads(pickle.dumps(_lazy()))):
+        assert type(copied) is EventList
+        assert copied == POOL[:6]
+    fresh = _lazy()
+    assert repr(fresh).count("Event(") == 6
+    assert repr(fresh) == repr(list(fresh))
+
+
+def test_ids_and_contents_come_without_building_events() -> None:
+    lazy = _lazy()
+    lazy.append(POOL[7])
+    assert list(event_ids(lazy)) == [event.id for event in [*POOL[:6], POOL[7]]]
+    assert event_contents(lazy) == [0, 1, 2, 3, 4, 5, 7]
+    assert not lazy.decoded
+    lazy.materialize()
+    assert event_contents(lazy) == [0, 1, 2, 3, 4, 5, 7]
+    assert list(event_ids(lazy)) == [event.id for event in lazy]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(operations, min_size=1, max_size=5))
+async def test_any_edit_of_an_undecoded_load_is_saved_exactly(ops: list[tuple[Any, ...]]) -> None:
+    manager = MemorySessionManager()
+    session = await manager.create("s")
+    session.events.extend(POOL[:6])
+    await manager.save(session)
+    loaded = await manager.get("s")
+    assert loaded is not None
+    assert isinstance(loaded.events, LazyEvents)
+    assert not loaded.events.decoded
+    expected = list(POOL[:6])
+    for op in ops:
+        _apply(loaded.events, op)
+        _apply(expected, op)
+    if len({event.id for event in expected}) != len(expected):
+        with pytest.raises(InvalidInputError, match="duplicate event id"):
+            await manager.save(loaded)
+        return
+    await manager.save(loaded)
+    stored = await manager.get("s")
+    assert stored is not None
+    assert stored.events == expected
+
+
+async def test_a_turn_on_a_loaded_history_decodes_nothing() -> None:
+    manager = MemorySessionManager()
+    session = await manager.create("s")
+    session.events.extend(POOL[:6])
+    await manager.save(session)
+    loaded = await manager.get("s")
+    assert loaded is not None
+    for turn in range(2):
+        loaded.add_event("user", f"question {turn}")
+        loaded.add_event("assistant", f"answer {turn}")
+        await manager.save(loaded)
+    assert isinstance(loaded.events, LazyEvents)
+    assert not loaded.events.decoded
+    assert loaded._loaded is not None
+    assert isinstance(loaded._loaded.events, LazyEvents)
+    assert not loaded._loaded.events.decoded
+    # A stored id appended again is still refused, found without decoding the events.
+    loaded.events.append(POOL[2])
+    with pytest.raises(InvalidInputError, match="duplicate event id"):
+        await manager.save(loaded)
+    assert not loaded.events.decoded
+    stored = await manager.get("s")
+    assert stored is not None
+    contents = [event.content for event in stored.events]
+    assert contents == [0, 1, 2, 3, 4, 5, "question 0", "answer 0", "question 1", "answer 1"]
+
+
+async def test_an_undecoded_session_validates_serialises_and_copies_whole() -> None:
+    manager = MemorySessionManager()
+    session = await manager.create("s")
+    session.events.extend(POOL[:6])
+    await manager.save(session)
+
+    async def fresh() -> Session:
+        loaded = await manager.get("s")
+        assert loaded is not None
+        assert not loaded.events.decoded  # type: ignore[attr-defined]
+        return loaded
+
+    assert len((await fresh()).model_dump()["events"]) == 6
+    assert Session.model_validate_json((await fresh()).model_dump_json()).events == POOL[:6]
+    assert Session(**dict((await fresh()).__dict__)).events == POOL[:6]
+    validated = Session.model_validate({"session_id": "x", "events": (await fresh()).events})
+    assert validated.events == POOL[:6]
+    assert (await fresh()).model_copy(deep=True).events == POOL[:6]
+    assert copy.deepcopy((await fresh()).events) == POOL[:6]

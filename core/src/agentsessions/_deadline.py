@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from . import _instrumentation
-from ._errors import BackendTimeoutError, BackendUnavailableError
+from ._errors import BackendTimeoutError, BackendUnavailableError, SessionError
 
 if TYPE_CHECKING:
     from ._manager import SessionManager
@@ -34,18 +34,27 @@ class ErrorRule:
     starts with it (``"redis."``), for exception types as broad as ``AttributeError``
     that a driver raises on a broken connection but that elsewhere mean a bug.
     ``when``: match only exceptions for which it returns true (an error code, say).
+    ``build``: ``build(manager, exc)`` makes the error instead of a *kind*, for a driver
+    error that is not about availability (a document the engine refuses is an
+    `InvalidInputError`) or whose message needs the manager's settings; a function
+    defined in the manager's class body works as one.
     """
 
     types: tuple[type[BaseException], ...]
     kind: type[BackendUnavailableError] = BackendUnavailableError
     raised_in: str | None = None
     when: Callable[[Any], bool] | None = None
+    build: Callable[[Any, Any], SessionError] | None = None
 
     def matches(self, exc: BaseException) -> bool:
         if not isinstance(exc, self.types):
             return False
         if self.when is not None and not self.when(exc):
             return False
+        return self.raised_here(exc)
+
+    def raised_here(self, exc: BaseException) -> bool:
+        """Whether *exc* was raised where ``raised_in`` says (always, without one)."""
         if self.raised_in is None:
             return True
         traceback = exc.__traceback__

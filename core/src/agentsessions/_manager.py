@@ -1299,16 +1299,39 @@ class SessionManager(abc.ABC):
             )
         for rule in self.driver_errors:
             if rule.matches(exc):
-                return self._unavailable(exc, rule.kind)
+                return (
+                    self._unavailable(exc, rule.kind)
+                    if rule.build is None
+                    else rule.build(self, exc)
+                )
         return None
+
+    async def _quietly(self, cleanup: Awaitable[object]) -> None:
+        """Await a cleanup whose failure loses nothing (what it removes is invisible).
+
+        For cleanup after a write's outcome is decided: a lost connection then must not
+        turn a save that landed (or one refused with a definite answer) into an error
+        the caller would act on. Swallows the exceptions of the types `driver_errors`
+        declares, whatever their ``when`` conditions; anything else (a bug, a
+        cancellation) propagates.
+        """
+        try:
+            await cleanup
+        except Exception as exc:
+            if not any(
+                isinstance(exc, rule.types) and rule.raised_here(exc) for rule in self.driver_errors
+            ):
+                raise
 
     def _remaining(self, cap: float | None = None) -> float:
         """Seconds left before the running call's deadline, at most *cap*: for driver timeouts."""
         return _deadline.remaining(self, cap)
 
     def _migrations_applied(self, from_version: int, to_version: int) -> None:
-        """Log that `_open` migrated the schema (operators want to know when)."""
-        _log.migrations_applied(self, from_version, to_version)
+        """Log that `_open` migrated the schema (operators want to know when); nothing
+        when *from_version* was already *to_version*, so call it after every check."""
+        if from_version < to_version:
+            _log.migrations_applied(self, from_version, to_version)
 
     # -- what a backend implements ------------------------------------------------------
     # The terms used below ("now", expiry, atomic) are defined once, in the docstring of

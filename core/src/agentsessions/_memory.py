@@ -125,8 +125,7 @@ class MemorySessionManager(SessionManager):
             if stored is None:
                 return None
             record = stored.record
-            extends = record.lineage == lineage and record.event_count >= event_count
-            texts = stored.events[event_count:] if extends else list(stored.events)
+            texts = stored.events[record.since_position(event_count, lineage) :]
         return LoadedSession(record, decode_events(texts))
 
     async def _save(self, request: SaveRequest, now: datetime) -> None:
@@ -137,9 +136,7 @@ class MemorySessionManager(SessionManager):
                 raise SessionNotFoundError(session_id)
             if request.token in stored.tokens:
                 return  # a retry of a save that landed
-            if stored.record.version != request.expected_version or (
-                request.expected_lineage and stored.record.lineage != request.expected_lineage
-            ):
+            if not request.expects(stored.record.version, stored.record.lineage):
                 raise SessionConflictError(session_id, request.expected_version)
             # Ownership and creation time never change through a save.
             stored.record = replace(
@@ -161,9 +158,7 @@ class MemorySessionManager(SessionManager):
                 raise SessionNotFoundError(session_id)
             if request.token in stored.tokens:
                 return
-            if stored.record.version != request.expected_version or (
-                request.expected_lineage and stored.record.lineage != request.expected_lineage
-            ):
+            if not request.expects(stored.record.version, stored.record.lineage):
                 raise SessionConflictError(session_id, request.expected_version)
             replaced = request.replaced
             if request.archive:

@@ -13,6 +13,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PrivateAttr,
+    SerializerFunctionWrapHandler,
     field_serializer,
     field_validator,
 )
@@ -126,6 +127,18 @@ class Session(BaseModel, EventsAndState):
     def _times_in_utc(cls, value: datetime) -> datetime:
         return _to_utc(value)
 
+    # A loaded session's events decode on first use (`_tracking.LazyEvents`), and
+    # pydantic-core reads a list's storage directly: decode before it does. One call
+    # per session, never per event.
+    @field_validator("events", mode="before")
+    @classmethod
+    def _events_decoded(cls, value: Any) -> Any:
+        return _decoded(value)
+
+    @field_serializer("events", mode="wrap")
+    def _events_out(self, value: Any, handler: SerializerFunctionWrapHandler) -> Any:
+        return handler(_decoded(value))
+
     def __setattr__(self, name: str, value: Any) -> None:
         # A session's identity is fixed: its tracking (what save() compares against) is
         # the stored session of that id, so another id would write through it.
@@ -136,6 +149,17 @@ class Session(BaseModel, EventsAndState):
                 "with manager.create() and copy them into it"
             )
         super().__setattr__(name, value)
+
+    def __eq__(self, other: object) -> bool:
+        # Fields, not tracking: pydantic's own __eq__ also compares private attributes,
+        # and a loaded session's tracking refers back into its events, which recursed.
+        if not isinstance(other, Session):
+            return NotImplemented
+        return (
+            type(self) is type(other)
+            and self.__dict__ == other.__dict__
+            and self.first_event_position == other.first_event_position
+        )
 
     @property
     def is_partial(self) -> bool:
@@ -149,6 +173,13 @@ class Session(BaseModel, EventsAndState):
 
     def _check_serializable(self) -> None:
         _json.check_json(self.state, "state")
+
+
+def _decoded(value: Any) -> Any:
+    materialize = getattr(value, "materialize", None) if isinstance(value, list) else None
+    if materialize is not None:
+        materialize()
+    return value
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,8 +14,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from pydantic import TypeAdapter
-
 from . import _json
 from ._errors import (
     InvalidInputError,
@@ -25,6 +23,7 @@ from ._errors import (
     SessionSerializationError,
 )
 from ._models import Event, SessionSummary
+from ._tracking import LazyEvents, StoredEvents
 
 __all__ = [
     "Capabilities",
@@ -43,7 +42,9 @@ __all__ = [
     "refused",
     "encode_cursor",
     "from_micros",
+    "stamp_lineage",
     "to_micros",
+    "unstamp_lineage",
 ]
 
 #: How many of a session's latest save tokens a backend keeps (see `SaveRequest`): a
@@ -122,6 +123,13 @@ class SessionRecord:
     event_count: int
     lineage: str = ""
 
+    def since_position(self, event_count: int, lineage: str) -> int:
+        """Where `SessionManager._load_since` starts reading for a caller holding
+        *event_count* events of *lineage*: *event_count* while this record has that
+        lineage and at least that many events (the caller's events are still the
+        stored ones), else 0 (every event)."""
+        return event_count if self.lineage == lineage and self.event_count >= event_count else 0
+
     def summary(self) -> SessionSummary:
         """This record as `SessionManager.list_sessions` reports it."""
         return SessionSummary(
@@ -164,6 +172,24 @@ def encode_record(record: SessionRecord, *, micros: bool = False) -> tuple[Any, 
         times = tuple(None if when is None else to_micros(when) for when in times)
     head = (record.session_id, record.user_id, record.state, record.version)
     return (*head, *times, record.event_count, record.lineage)
+
+
+def stamp_lineage(lineage: str, version: int) -> str:
+    """*lineage* as an engine stores it beside the version it was written at,
+    ``"<lineage>:<version>"``, where an older release's save could leave the field as it
+    was: `unstamp_lineage` then finds another version and reads "" (unknown, a full
+    reload), never a stale lineage that would pass for an append."""
+    return f"{lineage}:{version}"
+
+
+def unstamp_lineage(stored: str | bytes | None, version: int | str | bytes | None) -> str:
+    """The lineage `stamp_lineage` stored, if it was written at *version* (the stored
+    version, as a number or its digits); else, or when either is missing, "" (unknown)."""
+    if stored is None or version is None:
+        return ""
+    at = str(version) if isinstance(version, int) else _text(version)
+    lineage, _, written_at = _text(stored).rpartition(":")
+    return lineage if written_at == at else ""
 
 
 def decode_summary(fields: Sequence[Any]) -> SessionSummary:
@@ -243,6 +269,12 @@ class SaveRequest:
     token: str = ""
     expected_lineage: str = ""
 
+    def expects(self, version: int, lineage: str) -> bool:
+        """Whether a stored session at *version* with *lineage* is the one this request
+        was made from: the version check and, unless ``expected_lineage`` is "", the
+        lineage check, which `SessionManager._save` makes atomically with the write."""
+        return _expects(self, version, lineage)
+
     def same_change(self, other: SaveRequest) -> bool:
         """Whether *other* writes what this request writes (tokens and times aside)."""
         return (
@@ -309,32 +341,49 @@ class CompactRequest:
         """How many events the session holds once the compaction lands."""
         return self.stored_event_count - self.replaced + len(self.new_events)
 
+    def expects(self, version: int, lineage: str) -> bool:
+        """Whether a stored session at *version* with *lineage* is the one this request
+        was made from (see `SaveRequest.expects`)."""
+        return _expects(self, version, lineage)
+
+
+def _expects(request: SaveRequest | CompactRequest, version: int, lineage: str) -> bool:
+    return version == request.expected_version and request.expected_lineage in ("", lineage)
+
 
 def refused(
-    request: SaveRequest | CompactRequest, *, live: bool, stored_version: int | None = None
+    request: SaveRequest | CompactRequest,
+    *,
+    live: bool,
+    stored_version: int | None = None,
+    other_life: bool = False,
 ) -> SessionError:
     """The error for *request* when its version check failed and its token is not stored:
     `SessionConflictError` while a live session holds the id (naming *stored_version*
-    when the engine read it), else `SessionNotFoundError`."""
+    when the engine read it, or, with *other_life*, saying that the lineage check failed:
+    the id was created or restored again since the copy was loaded), else
+    `SessionNotFoundError`."""
     session_id = request.session_id
     if not live:
         return SessionNotFoundError(session_id)
-    detail = "" if stored_version is None else f"stored version is {stored_version}"
+    if other_life:
+        detail = "the id was created or restored again since this copy was loaded"
+    else:
+        detail = "" if stored_version is None else f"stored version is {stored_version}"
     return SessionConflictError(session_id, request.expected_version, detail)
 
 
-_EVENTS = TypeAdapter(list[Event])
-
-
 def decode_events(texts: Sequence[str] | Sequence[bytes]) -> list[Event]:
-    """Decode stored event JSON texts in one pass (pydantic-core, no per-event Python)."""
+    """The events stored as these JSON texts (str or UTF-8 bytes), in order.
+
+    Decoded lazily: the list validates and builds them all in one pydantic-core pass
+    the first time the caller looks at them (`LazyEvents`); a caller that only
+    appends and saves never pays for it.
+    """
     if not texts:
         return []
-    if isinstance(texts[0], bytes):
-        blob: str | bytes = b"[" + b",".join(texts) + b"]"  # type: ignore[arg-type]
-    else:
-        blob = "[" + ",".join(texts) + "]"  # type: ignore[arg-type]
-    return _EVENTS.validate_json(blob)
+    # A copy: the backend may reuse its list; the texts themselves are immutable.
+    return LazyEvents(StoredEvents(texts[:]))
 
 
 _EVENT_FIELDS = frozenset(Event.model_fields)

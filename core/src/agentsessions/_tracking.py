@@ -5,22 +5,38 @@ whole list against a snapshot costs time proportional to the history on every sa
 with this list, the common case (events only appended) is known in constant time,
 so an append costs the same at 5,000 events as at 0. Any list still works: a
 session whose ``events`` was replaced by a plain list is compared in full.
+
+A load hands out a `LazyEvents`: the stored JSON texts, decoded into `Event` objects
+only when the caller first looks at the loaded events. A turn that reads a session,
+appends and saves never builds (or frees) the history's thousands of models.
 """
 
 from __future__ import annotations
 
 import operator
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, SupportsIndex
+
+from pydantic import TypeAdapter
+from pydantic_core import SchemaValidator, core_schema, from_json
 
 from ._models import Event, Session
 
 if TYPE_CHECKING:
     from ._records import SaveRequest
 
-__all__ = ["EventList", "LoadedState", "common_prefix", "mark_loaded"]
+__all__ = [
+    "EventList",
+    "LazyEvents",
+    "LoadedState",
+    "StoredEvents",
+    "common_prefix",
+    "event_contents",
+    "event_ids",
+    "mark_loaded",
+]
 
 _event_id = operator.attrgetter("id")
 
@@ -95,6 +111,331 @@ class EventList(list[Event]):
         return self
 
 
+_EVENTS = TypeAdapter(list[Event])
+
+
+# A JSON array of event objects of which only the ids are wanted: the rest of each
+# object is parsed (in Rust) but never becomes Python objects.
+_IDS = SchemaValidator(
+    core_schema.list_schema(
+        core_schema.typed_dict_schema(
+            {"id": core_schema.typed_dict_field(core_schema.str_schema())},
+            extra_behavior="ignore",
+        )
+    )
+)
+
+
+def _json_array(texts: Sequence[str] | Sequence[bytes]) -> str | bytes:
+    if texts and isinstance(texts[0], bytes):
+        return b"[" + b",".join(texts) + b"]"  # type: ignore[arg-type]
+    return "[" + ",".join(texts) + "]"  # type: ignore[arg-type]
+
+
+class StoredEvents:
+    """The JSON texts of one load's events, decoded into `Event` objects once, on the
+    first need, and shared by every list made from that load (the caller's and the
+    tracking's private copy), so that both hold the very same objects."""
+
+    __slots__ = ("_count", "_decoded", "_texts")
+
+    def __init__(self, texts: Sequence[str] | Sequence[bytes]) -> None:
+        self._texts = texts
+        self._count = len(texts)
+        self._decoded: list[Event] | None = None
+
+    def __len__(self) -> int:
+        return self._count
+
+    def events(self) -> list[Event]:
+        """Every event, decoded and validated on the first call (do not mutate)."""
+        if self._decoded is None:
+            self._decoded = _EVENTS.validate_json(_json_array(self._texts))
+            self._texts = ()  # the events hold everything now
+        return self._decoded
+
+    def ids(self) -> list[str]:
+        """The events' ids; the events themselves are not built for it."""
+        if self._decoded is not None:
+            return [event.id for event in self._decoded]
+        return [item["id"] for item in _IDS.validate_json(_json_array(self._texts))]
+
+    def contents(self) -> list[Any]:
+        """The events' ``content`` values; the events themselves are not built for it
+        (once they are, their own values)."""
+        if self._decoded is not None:
+            return [event.content for event in self._decoded]
+        # Plain JSON decoding is what an Event's ``content`` (Any) validates to anyway.
+        items = from_json(_json_array(self._texts), allow_inf_nan=False, cache_strings="keys")
+        return [item.get("content") for item in items]
+
+
+def _as_index(index: SupportsIndex, size: int) -> int:
+    position = index.__index__()
+    return position + size if position < 0 else position
+
+
+class LazyEvents(EventList):
+    """The events of a load, as a ``list[Event]`` whose stored part is decoded on first use.
+
+    Until then the list object's own storage is empty: the loaded events are a
+    `StoredEvents` and whatever is appended waits in a tail. Appending, ``len``, and
+    reading or removing appended events work on that form; anything else that looks
+    at the loaded events (iteration, indexing, comparison, ``repr``, copying, any
+    other mutation) first decodes them into the list's storage, once, after which it
+    is an ordinary `EventList`. Python-level use cannot tell the difference. C code
+    that reads a list's storage directly (pydantic-core validating or serialising a
+    ``list[Event]``) would see it empty: `Session`'s own validation and serialisation
+    decode first (see `materialize`), and nothing else of this package hands the list
+    to such code.
+    """
+
+    __slots__ = ("_stored", "_tail")
+
+    def __init__(self, stored: StoredEvents) -> None:
+        # Set before anything asks for len(self), which reads them.
+        self._stored: StoredEvents | None = stored
+        self._tail: list[Event] = []
+        list.__init__(self)
+        self.first_change = len(stored)
+
+    @property
+    def decoded(self) -> bool:
+        """Whether the loaded events have been decoded into the list (it is then plain)."""
+        return self._stored is None
+
+    def sibling(self) -> list[Event]:
+        """Another list of the same events, sharing their decoding (a plain copy once decoded)."""
+        if self._stored is None:
+            return list(self)
+        other = LazyEvents(self._stored)
+        other._tail.extend(self._tail)
+        return other
+
+    def materialize(self) -> None:
+        """Decode the loaded events into the list's own storage (once)."""
+        stored = self._stored
+        if stored is None:
+            return
+        events = stored.events()
+        list.extend(self, events)
+        list.extend(self, self._tail)
+        self._stored = None
+        self._tail = []
+
+    def _tail_start(self, key: slice) -> int | None:
+        """Where in the tail *key* starts, if it lies entirely in the tail (step 1)."""
+        stored = self._stored
+        if stored is None or key.step not in (None, 1):
+            return None
+        start, _, _ = key.indices(len(stored) + len(self._tail))
+        offset = start - len(stored)
+        return offset if offset >= 0 else None
+
+    # -- what works without decoding --------------------------------------------------
+
+    def __len__(self) -> int:
+        stored = self._stored
+        if stored is None:
+            return super().__len__()
+        return len(stored) + len(self._tail)
+
+    def append(self, value: Event) -> None:
+        if self._stored is None:
+            super().append(value)
+        else:
+            self._tail.append(value)
+
+    def extend(self, values: Iterable[Event]) -> None:
+        if self._stored is None or values is self:
+            self.materialize()
+            super().extend(values)
+        else:
+            self._tail.extend(values)
+
+    def __iadd__(self, values: Iterable[Event]) -> LazyEvents:  # type: ignore[override]
+        self.extend(values)
+        return self
+
+    def __getitem__(self, key: Any) -> Any:
+        stored = self._stored
+        if stored is not None:
+            if isinstance(key, slice):
+                offset = self._tail_start(key)
+                if offset is not None:
+                    stop = key.indices(len(stored) + len(self._tail))[1] - len(stored)
+                    return self._tail[offset : max(offset, stop)]
+            else:
+                position = _as_index(key, len(stored) + len(self._tail))
+                if position >= len(stored):
+                    return self._tail[position - len(stored)]
+            self.materialize()
+        return super().__getitem__(key)
+
+    def __delitem__(self, key: Any) -> None:
+        stored = self._stored
+        if stored is not None and isinstance(key, slice):
+            offset = self._tail_start(key)
+            if offset is not None:
+                stop = key.indices(len(stored) + len(self._tail))[1] - len(stored)
+                self._changed_from(len(stored) + offset)
+                del self._tail[offset : max(offset, stop)]
+                return
+        self.materialize()
+        super().__delitem__(key)
+
+    def pop(self, index: SupportsIndex = -1) -> Event:
+        stored = self._stored
+        if stored is not None:
+            position = _as_index(index, len(stored) + len(self._tail))
+            if position >= len(stored):
+                self._changed_from(position)
+                return self._tail.pop(position - len(stored))
+            self.materialize()
+        return super().pop(index)
+
+    def clear(self) -> None:
+        if self._stored is not None:
+            self._stored = None
+            self._tail = []
+        super().clear()
+
+    # -- everything else decodes first -------------------------------------------------
+
+    def __iter__(self) -> Iterator[Event]:
+        self.materialize()
+        return super().__iter__()
+
+    def __reversed__(self) -> Iterator[Event]:
+        self.materialize()
+        return super().__reversed__()
+
+    def __contains__(self, value: object) -> bool:
+        self.materialize()
+        return super().__contains__(value)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self.materialize()
+        super().__setitem__(key, value)
+
+    def insert(self, index: SupportsIndex, value: Event) -> None:
+        self.materialize()
+        super().insert(index, value)
+
+    def remove(self, value: Event) -> None:
+        self.materialize()
+        super().remove(value)
+
+    def index(self, value: Event, *args: SupportsIndex) -> int:
+        self.materialize()
+        return super().index(value, *args)
+
+    def count(self, value: Event) -> int:
+        self.materialize()
+        return super().count(value)
+
+    def sort(self, *args: Any, **kwargs: Any) -> None:
+        self.materialize()
+        super().sort(*args, **kwargs)
+
+    def reverse(self) -> None:
+        self.materialize()
+        super().reverse()
+
+    def copy(self) -> list[Event]:
+        self.materialize()
+        return super().copy()
+
+    def __imul__(self, count: SupportsIndex) -> LazyEvents:
+        self.materialize()
+        super().__imul__(count)
+        return self
+
+    def __mul__(self, count: SupportsIndex) -> list[Event]:
+        self.materialize()
+        return super().__mul__(count)
+
+    def __rmul__(self, count: SupportsIndex) -> list[Event]:
+        self.materialize()
+        return super().__rmul__(count)
+
+    def __add__(self, other: list[Event]) -> list[Event]:  # type: ignore[override]
+        self.materialize()
+        return super().__add__(_decoded(other))
+
+    def __radd__(self, other: list[Event]) -> list[Event]:
+        # Defined so that ``plain_list + lazy`` comes here instead of list's own
+        # concatenation, which would read this list's (still empty) storage.
+        self.materialize()
+        return [*other, *self]
+
+    def __eq__(self, other: object) -> bool:
+        self.materialize()
+        return super().__eq__(_decoded(other))
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    def __lt__(self, other: list[Event]) -> bool:
+        self.materialize()
+        return super().__lt__(_decoded(other))
+
+    def __le__(self, other: list[Event]) -> bool:
+        self.materialize()
+        return super().__le__(_decoded(other))
+
+    def __gt__(self, other: list[Event]) -> bool:
+        self.materialize()
+        return super().__gt__(_decoded(other))
+
+    def __ge__(self, other: list[Event]) -> bool:
+        self.materialize()
+        return super().__ge__(_decoded(other))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        self.materialize()
+        return super().__repr__()
+
+    def __reduce_ex__(self, protocol: SupportsIndex) -> Any:
+        # Copies and pickles are plain tracked lists of the decoded events.
+        self.materialize()
+        return (_rebuilt, (list(self), self.first_change))
+
+
+def _decoded(other: Any) -> Any:
+    # list's own comparisons and concatenation read the other list's storage directly.
+    if isinstance(other, LazyEvents):
+        other.materialize()
+    return other
+
+
+def _rebuilt(events: list[Event], first_change: int) -> EventList:
+    rebuilt = EventList(events)
+    rebuilt.first_change = first_change
+    return rebuilt
+
+
+def event_ids(events: list[Event]) -> Iterable[str]:
+    """The ids of *events*, without decoding a `LazyEvents` that is not decoded yet."""
+    if isinstance(events, LazyEvents):
+        stored = events._stored
+        if stored is not None:
+            return [*stored.ids(), *map(_event_id, events._tail)]
+    return map(_event_id, events)
+
+
+def event_contents(events: list[Event]) -> list[Any]:
+    """The ``content`` of each of *events*, without building the `Event` objects of a
+    `LazyEvents` that is not decoded yet."""
+    if isinstance(events, LazyEvents):
+        stored = events._stored
+        if stored is not None:
+            return [*stored.contents(), *(event.content for event in events._tail)]
+    return [event.content for event in events]
+
+
 @dataclass(slots=True)
 class LoadedState:
     """A session's events and version as the store holds them, kept in step by save().
@@ -132,7 +473,7 @@ class LoadedState:
         are compared in full on its first save, and the owner's tracking is untouched."""
         return LoadedState(
             version=self.version,
-            events=list(self.events),
+            events=_private_copy(self.events),
             offset=self.offset,
             partial=self.partial,
             tracked=None,
@@ -156,7 +497,7 @@ class LoadedState:
         if length != len(self.events):
             return {event.id for event in self.events[:length]}
         if self.ids is None:
-            self.ids = set(map(_event_id, self.events))
+            self.ids = set(event_ids(self.events))
         return self.ids
 
     def saved(self, session: Session, version: int, kept: int, lineage: str) -> None:
@@ -188,11 +529,17 @@ def mark_loaded(
     session: Session, *, offset: int = 0, partial: bool = False, lineage: str = ""
 ) -> None:
     """Start tracking *session* as it came out of the store."""
-    tracked = EventList(session.events)
-    session.events = tracked
+    events = session.events
+    if type(events) is LazyEvents and not events.decoded:
+        # Fresh from a load: tracked as it is, so that nothing is decoded here.
+        events.reset_tracking()
+        tracked: EventList = events
+    else:
+        tracked = EventList(events)
+        session.events = tracked
     session._loaded = LoadedState(
         version=session.version,
-        events=list(tracked),
+        events=_private_copy(tracked),
         offset=offset,
         partial=partial,
         tracked=tracked,
@@ -200,6 +547,10 @@ def mark_loaded(
         owner=weakref.ref(session),
         lineage=lineage,
     )
+
+
+def _private_copy(events: list[Event]) -> list[Event]:
+    return events.sibling() if isinstance(events, LazyEvents) else list(events)
 
 
 def common_prefix(base: list[Event], events: list[Event]) -> int:

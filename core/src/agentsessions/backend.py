@@ -27,8 +27,9 @@ What every hook may rely on, and must honour:
 - **Errors.** Contract errors (`agentsessions.SessionExistsError`,
   `agentsessions.SessionConflictError`, `agentsessions.SessionNotFoundError`) are raised
   by the hooks as documented on each; a failure of the engine or the network is raised
-  as `agentsessions.BackendUnavailableError`, built with `SessionManager._unavailable`,
-  which masks the password.
+  as `agentsessions.BackendUnavailableError`: declare the driver's exceptions in
+  `SessionManager.driver_errors` and let them propagate (the base class translates
+  them, password masked), or build one with `SessionManager._unavailable`.
 - **Any event loop, any thread.** A manager is shared by every event loop and thread of
   the process. Connections a driver binds to one event loop live in
   `SessionManager.per_loop` (opened per loop, released when that loop shuts down); a
@@ -66,7 +67,9 @@ from ._records import (
     expiry_millis,
     from_micros,
     refused,
+    stamp_lineage,
     to_micros,
+    unstamp_lineage,
 )
 from ._registry import BackendSpec, hookimpl, hookspec
 from ._urls import (
@@ -116,6 +119,8 @@ __all__ = [
     "refused",
     "scrub_secret",
     "split_url",
+    "stamp_lineage",
     "to_micros",
+    "unstamp_lineage",
     "validate_id",
 ]

@@ -46,20 +46,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, NamedTuple
 
 from agentsessions.backend import (
     EventRecord,
     SessionRecord,
     expiry_millis,
     from_micros,
+    stamp_lineage,
     to_micros,
+    unstamp_lineage,
 )
 from bson import ObjectId
-from pymongo import ASCENDING, DESCENDING, IndexModel
+from pymongo import ASCENDING, DESCENDING, AsyncMongoClient, IndexModel
 from pymongo.asynchronous.collection import AsyncCollection
 
 __all__ = [
+    "Link",
     "archive_docs",
     "create_indexes",
     "list_filter",
@@ -79,7 +82,6 @@ __all__ = [
     "segment_ranges",
     "session_doc",
     "stale_events_filter",
-    "stored_lineage",
 ]
 
 Segment = tuple[int, ObjectId]
@@ -112,6 +114,15 @@ def is_expired(doc: dict[str, Any], now: datetime) -> bool:
 def expired_filter(now: datetime) -> dict[str, Any]:
     """Matches what `is_expired` says is invisible at *now* (and `live_filter` excludes)."""
     return {"$or": [{"expires_at": {"$lte": now}}, {"expires_at": PENDING}]}
+
+
+class Link(NamedTuple):
+    """One event loop's client and the namespace's three collections."""
+
+    client: AsyncMongoClient[dict[str, Any]]
+    sessions: AsyncCollection[dict[str, Any]]
+    events: AsyncCollection[dict[str, Any]]
+    archive: AsyncCollection[dict[str, Any]]
 
 
 async def create_indexes(
@@ -214,7 +225,7 @@ def session_doc(record: SessionRecord, incarnation: ObjectId, gen: ObjectId) -> 
         "updated_at": to_micros(record.updated_at),
         "expires_at": expiry_date(record.expires_at),
         "event_count": record.event_count,
-        "lineage": stored_lineage(record),
+        "lineage": stamp_lineage(record.lineage, record.version),
         "incarnation": incarnation,
         "segments": [[0, gen]],
     }
@@ -234,20 +245,9 @@ def record_of(doc: dict[str, Any]) -> SessionRecord:
     )
 
 
-def stored_lineage(record: SessionRecord) -> str:
-    """What ``lineage`` holds: "<lineage>:<version it was written with>".
-
-    A release that predates the lineage saves without touching the field; the version
-    then no longer matches and `lineage_of` reads it as unknown, so such a save can
-    never pass for an append.
-    """
-    return f"{record.lineage}:{record.version}"
-
-
 def lineage_of(doc: dict[str, Any]) -> str:
-    """The session's lineage, or "" (unknown: a retry reads it whole)."""
-    lineage, _, written_at = str(doc.get("lineage", "")).rpartition(":")
-    return lineage if written_at == str(doc["version"]) else ""
+    """The session's lineage (`stamp_lineage`'d), or "" (unknown: a retry reads it whole)."""
+    return unstamp_lineage(doc.get("lineage"), doc["version"])
 
 
 def event_docs(

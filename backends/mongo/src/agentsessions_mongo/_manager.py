@@ -35,12 +35,11 @@ never rewritten in place, only deleted, so a complete read is a consistent one).
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
-from typing import Any, ClassVar, NamedTuple, TypeVar
+from typing import Any, ClassVar, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 from agentsessions import (
@@ -68,6 +67,7 @@ from agentsessions.backend import (
     decode_events,
     refused,
     scrub_secret,
+    stamp_lineage,
     to_micros,
     validate_id,
 )
@@ -88,18 +88,18 @@ from pymongo.errors import (
     PyMongoError,
 )
 
+from . import _erasure as erasure
 from ._layout import (
     PENDING,
+    Link,
     Segment,
     SessionInfo,
     archive_docs,
     create_indexes,
     event_docs,
-    expired_filter,
     expiry_date,
     info_of,
     is_expired,
-    lineage_of,
     list_filter,
     live_filter,
     new_event_pairs,
@@ -108,7 +108,6 @@ from ._layout import (
     segment_ranges,
     session_doc,
     stale_events_filter,
-    stored_lineage,
 )
 from ._options import DEFAULT_DATABASE, MongoOptions, database_name
 
@@ -120,8 +119,6 @@ MAX_SEGMENTS = 16
 _LOAD_ATTEMPTS = 16
 _SAVE_ATTEMPTS = 4
 _INFO_CACHE_SIZE = 4096
-_BATCH = 500
-#: The expiry of a session document being restored: long past, so no reader sees it.
 #: Server error codes meaning "the credentials are wrong": the server is unusable to us.
 _AUTH_CODES = frozenset({13, 18})
 #: pymongo's URI options, lower-cased: MongoDB treats option names case-insensitively.
@@ -139,9 +136,32 @@ _SUMMARY_FIELDS = dict.fromkeys(
     ("user_id", "created_at", "updated_at", "event_count", "version"), 1
 )
 
-#: The driver's "cannot reach or use the server" errors. ``timeout`` is pymongo's own
-#: flag for every timeout (server selection, socket, timeoutMS), hence the first rule.
+
+def _too_large(manager: SessionManager, exc: DocumentTooLarge) -> SessionError:
+    # pymongo's own check against the server's limit: never holds the payload.
+    return SessionSerializationError("document", f"{_TOO_LARGE} ({exc})")
+
+
+def _refused_document(manager: SessionManager, exc: InvalidDocument) -> SessionError:
+    return InvalidInputError(f"MongoDB refused a document: {exc}")
+
+
+def _refused_write(manager: SessionManager, exc: BulkWriteError) -> SessionError:
+    # Its str() holds the documents themselves: report codes and messages only.
+    errors = exc.details.get("writeErrors", [])
+    if any(error.get("code") in _TOO_LARGE_CODES for error in errors):
+        return SessionSerializationError("events", _TOO_LARGE)
+    reasons = "; ".join(str(error.get("errmsg", ""))[:200] for error in errors[:3])
+    return manager._unavailable(RuntimeError(f"the server refused the write: {reasons}"))
+
+
+#: Documents the server or pymongo refuses first (a BulkWriteError may carry the timeout
+#: flag too), then the driver's "cannot reach or use the server" errors. ``timeout`` is
+#: pymongo's own flag for every timeout (server selection, socket, timeoutMS).
 _DRIVER_ERRORS = (
+    ErrorRule((DocumentTooLarge,), build=_too_large),  # an InvalidDocument: first
+    ErrorRule((InvalidDocument,), build=_refused_document),
+    ErrorRule((BulkWriteError,), build=_refused_write),
     ErrorRule((PyMongoError,), BackendTimeoutError, when=lambda exc: bool(exc.timeout)),
     ErrorRule((ConnectionFailure, ProtocolError, ExecutionTimeout)),
     ErrorRule(
@@ -205,25 +225,8 @@ class MongoSessionManager(SessionManager):
     def _archive(self) -> AsyncCollection[Doc]:
         return self._links.current().archive
 
-    async def _forget_lives(self, query: Doc) -> None:
-        """Delete the events and archive documents matching *query* (session, incarnation)."""
-        await self._events.delete_many(query)
-        await self._archive.delete_many(query)
-
-    def _translate(self, exc: BaseException) -> SessionError | None:
-        if isinstance(exc, DocumentTooLarge):
-            # pymongo's own check against the server's limit: never holds the payload.
-            return SessionSerializationError("document", f"{_TOO_LARGE} ({exc})")
-        if isinstance(exc, InvalidDocument):
-            return InvalidInputError(f"MongoDB refused a document: {exc}")
-        if isinstance(exc, BulkWriteError):
-            # Its str() holds the documents themselves: report codes and messages only.
-            errors = exc.details.get("writeErrors", [])
-            if any(error.get("code") in _TOO_LARGE_CODES for error in errors):
-                return SessionSerializationError("events", _TOO_LARGE)
-            reasons = "; ".join(str(error.get("errmsg", ""))[:200] for error in errors[:3])
-            return self._unavailable(RuntimeError(f"the server refused the write: {reasons}"))
-        return super()._translate(exc)
+    def _forget(self, session_id: str) -> None:
+        self._infos.pop(session_id, None)
 
     def _remember(self, session_id: str, info: SessionInfo) -> None:
         # Threads with their own loops share the cache: its steps must not interleave.
@@ -233,7 +236,7 @@ class MongoSessionManager(SessionManager):
             if len(self._infos) > _INFO_CACHE_SIZE:
                 self._infos.popitem(last=False)
 
-    async def _new_link(self) -> _Link:
+    async def _new_link(self) -> Link:
         o = self.options
         kwargs: dict[str, Any] = {"tz_aware": True, "tzinfo": timezone.utc}
         # Every driver wait is bounded by the deadline; a shorter one given wins. A
@@ -265,7 +268,7 @@ class MongoSessionManager(SessionManager):
                 "landed; use w=1 or w=majority"
             )
         prefix = f"{o.namespace}_" if o.namespace else ""
-        return _Link(
+        return Link(
             client,
             database[f"{prefix}sessions"],
             database[f"{prefix}events"],
@@ -313,9 +316,8 @@ class MongoSessionManager(SessionManager):
             )
             if replaced.matched_count:
                 # The expired incarnation can never be written again: its events go.
-                await self._quietly(
-                    self._forget_lives({"session": session_id, "incarnation": old["incarnation"]})
-                )
+                lives = {"session": session_id, "incarnation": old["incarnation"]}
+                await self._quietly(erasure.forget_lives(self._links.current(), lives))
                 return
 
     async def _restore(
@@ -409,15 +411,14 @@ class MongoSessionManager(SessionManager):
                 return None
             info = info_of(doc)
             self._remember(session_id, info)
-            count = info.event_count
+            record, count = record_of(doc), info.event_count
             if since is not None:
-                held, lineage = since
-                low = held if lineage_of(doc) == lineage and count >= held else 0
+                low = record.since_position(*since)
             else:
                 low = 0 if last_events is None else max(0, count - last_events)
             texts = await self._read_texts(session_id, info, low, count)
             if texts is not None:
-                return LoadedSession(record_of(doc), decode_events(texts))
+                return LoadedSession(record, decode_events(texts))
             # A save published since we read the session document and its cleanup
             # removed events of the version we read: read the new version.
         raise self._unavailable(
@@ -461,7 +462,7 @@ class MongoSessionManager(SessionManager):
         for _ in range(_SAVE_ATTEMPTS):
             try:
                 cached = self._infos.get(request.session_id)
-                if cached is None or not _expected(cached, request):
+                if cached is None or not request.expects(cached.version, cached.lineage):
                     cached = await self._stored_info(request, now)
                 if await attempt(request, cached, now):
                     return
@@ -483,7 +484,7 @@ class MongoSessionManager(SessionManager):
             raise refused(request, live=False)
         info = info_of(doc)
         self._remember(request.session_id, info)
-        if not _expected(info, request):
+        if not request.expects(info.version, info.lineage):
             # Another version, or the expected one of another life of the id.
             raise refused(request, live=True)
         return info
@@ -520,7 +521,7 @@ class MongoSessionManager(SessionManager):
             "updated_at": to_micros(record.updated_at),
             "expires_at": expiry_date(record.expires_at),
             "event_count": record.event_count,
-            "lineage": stored_lineage(record),
+            "lineage": stamp_lineage(record.lineage, record.version),
         }
         if segments != info.segments:
             update["segments"] = [list(segment) for segment in segments]
@@ -651,7 +652,7 @@ class MongoSessionManager(SessionManager):
             "updated_at": to_micros(request.updated_at),
             "expires_at": expiry_date(request.expires_at),
             "event_count": request.event_count,
-            "lineage": f"{request.lineage}:{request.version}",
+            "lineage": stamp_lineage(request.lineage, request.version),
             "first": new_first,
             "segments": [list(segment) for segment in segments],
         }
@@ -738,80 +739,16 @@ class MongoSessionManager(SessionManager):
             return True
         return False  # same version, another incarnation: deleted and re-created meanwhile
 
-    async def _quietly(self, cleanup: Any) -> None:
-        """Run a cleanup whose failure loses nothing (leftovers stay invisible).
-
-        Used after the outcome is decided: a lost connection at this point must not
-        turn a save that landed into an error the caller would act on.
-        """
-        with contextlib.suppress(PyMongoError):
-            await cleanup
-
     # -- delete / list / purge ----------------------------------------------------------------
 
     async def _delete(self, session_id: str, now: datetime) -> bool:
         validate_id(session_id)
-        self._infos.pop(session_id, None)
-        doc = await self._sessions.find_one_and_delete(
-            {"_id": session_id}, {"incarnation": 1, "expires_at": 1}
-        )
-        if doc is None:
-            # Events a failed earlier delete left behind go now.
-            await self._delete_dead_incarnations(session_id)
-            return False
-        await self._forget_lives({"session": session_id, "incarnation": doc["incarnation"]})
-        return not is_expired(doc, now)
-
-    async def _delete_dead_incarnations(self, session_id: str) -> None:
-        """Delete the events of every incarnation of *session_id* but the stored one.
-
-        Safe at any time: an incarnation's events are written only after its session
-        document exists, so one whose document is gone or replaced is gone for good.
-        """
-        incarnations = set(await self._events.distinct("incarnation", {"session": session_id}))
-        incarnations |= set(await self._archive.distinct("incarnation", {"session": session_id}))
-        if not incarnations:
-            return
-        doc = await self._sessions.find_one({"_id": session_id}, {"incarnation": 1})
-        current = None if doc is None else doc["incarnation"]
-        dead = [incarnation for incarnation in incarnations if incarnation != current]
-        if dead:
-            await self._forget_lives({"session": session_id, "incarnation": {"$in": dead}})
+        self._forget(session_id)
+        return await erasure.delete_session(self._links.current(), session_id, now)
 
     async def _delete_user(self, user_id: str, now: datetime) -> int:
         validate_id(user_id, "user_id")
-        deleted = 0
-        while True:
-            docs = (
-                await self._sessions.find({"user_id": user_id}, {"incarnation": 1, "expires_at": 1})
-                .limit(_BATCH)
-                .to_list(None)
-            )
-            if not docs:
-                return deleted
-            live = [doc for doc in docs if not is_expired(doc, now)]
-            expired = [doc for doc in docs if is_expired(doc, now)]
-            progress = 0
-            for group in (live, expired):
-                if not group:
-                    continue
-                result = await self._sessions.delete_many(
-                    {"$or": [{"_id": d["_id"], "incarnation": d["incarnation"]} for d in group]}
-                )
-                progress += result.deleted_count
-                if group is live:
-                    deleted += result.deleted_count
-            for doc in docs:
-                self._infos.pop(doc["_id"], None)
-            await self._delete_events_of(docs)
-            if not progress:
-                return deleted  # every one changed under us; nothing left to chase
-
-    async def _delete_events_of(self, docs: list[Doc]) -> None:
-        if docs:
-            await self._forget_lives(
-                {"$or": [{"session": d["_id"], "incarnation": d["incarnation"]} for d in docs]}
-            )
+        return await erasure.delete_user(self._links.current(), user_id, now, self._forget)
 
     async def _list(
         self,
@@ -831,93 +768,21 @@ class MongoSessionManager(SessionManager):
         return [record_of({**doc, "state": ""}).summary() for doc in docs]
 
     async def _purge_expired(self, now: datetime) -> int:
-        """Delete expired sessions with their events, then events no session owns.
-
-        The TTL monitor deletes expired session documents on its own, but it cannot
-        delete their events (renewing an expiry on every event at each save would make
-        a save cost O(history)). Those events are invisible, and the second pass here
-        reclaims them: it reads the distinct (session, incarnation) pairs of the events
-        collection, so it costs a scan of that collection; run it as periodic upkeep.
-        """
-        purged = 0
-        while True:
-            docs = (
-                await self._sessions.find(expired_filter(now), {"incarnation": 1})
-                .limit(_BATCH)
-                .to_list(None)
-            )
-            if not docs:
-                break
-            result = await self._sessions.delete_many(
-                {
-                    "$or": [
-                        {"_id": d["_id"], "incarnation": d["incarnation"], **expired_filter(now)}
-                        for d in docs
-                    ]
-                }
-            )
-            purged += result.deleted_count
-            for doc in docs:
-                self._infos.pop(doc["_id"], None)
-            await self._delete_events_of(docs)
-            if not result.deleted_count or len(docs) < _BATCH:
-                break
-        await self._delete_orphaned_events()
-        return purged
-
-    async def _delete_orphaned_events(self) -> None:
-        await self._delete_orphans_of(self._events)
-        await self._delete_orphans_of(self._archive)
-
-    async def _delete_orphans_of(self, collection: AsyncCollection[Doc]) -> None:
-        pairs_cursor = await collection.aggregate(
-            [{"$group": {"_id": {"session": "$session", "incarnation": "$incarnation"}}}]
-        )
-        pairs = [(doc["_id"]["session"], doc["_id"]["incarnation"]) async for doc in pairs_cursor]
-        for index in range(0, len(pairs), _BATCH):
-            batch = pairs[index : index + _BATCH]
-            current = {
-                doc["_id"]: doc["incarnation"]
-                async for doc in self._sessions.find(
-                    {"_id": {"$in": list({session for session, _ in batch})}}, {"incarnation": 1}
-                )
-            }
-            dead = [
-                {"session": session, "incarnation": incarnation}
-                for session, incarnation in batch
-                if current.get(session) != incarnation
-            ]
-            if dead:
-                await collection.delete_many({"$or": dead})
+        """Delete expired sessions with their events, then events no session owns (see
+        `erasure.purge_expired`: it scans the events collection; run it as upkeep)."""
+        return await erasure.purge_expired(self._links.current(), now, self._forget)
 
 
-class _Link(NamedTuple):
-    """One event loop's client and collections."""
-
-    client: AsyncMongoClient[Doc]
-    sessions: AsyncCollection[Doc]
-    events: AsyncCollection[Doc]
-    archive: AsyncCollection[Doc]
-
-
-async def _close_link(link: _Link) -> None:
+async def _close_link(link: Link) -> None:
     await link.client.close()
 
 
-async def _prepare(link: _Link) -> None:
+async def _prepare(link: Link) -> None:
     await create_indexes(link.sessions, link.events, link.archive)
-
-
-def _expected(info: SessionInfo, request: SaveRequest | CompactRequest) -> bool:
-    """Whether *info* is the stored session *request* was made from: its version and,
-    when the request names one, its lineage (which tells the lives of an id apart)."""
-    return info.version == request.expected_version and (
-        not request.expected_lineage or info.lineage == request.expected_lineage
-    )
 
 
 def _lineage_filter(request: SaveRequest | CompactRequest) -> Doc:
     """The publish filter's lineage clause: none when the request names no lineage."""
     if not request.expected_lineage:
         return {}
-    return {"lineage": f"{request.expected_lineage}:{request.expected_version}"}
+    return {"lineage": stamp_lineage(request.expected_lineage, request.expected_version)}

@@ -36,7 +36,6 @@ from agentsessions import (
     BackendReadOnlyError,
     BackendTimeoutError,
     DatabaseNotFoundError,
-    SessionConflictError,
     SessionExistsError,
     SessionSummary,
 )
@@ -231,8 +230,7 @@ class PostgresSessionManager(SessionManager):
     async def _migrate(self, connection: _Connection) -> None:
         """Pool init: bring the schema to `LATEST_VERSION` (see `migrate`)."""
         found = await migrate(connection, self.options.schema, self._transaction)
-        if found < LATEST_VERSION:
-            self._migrations_applied(found, LATEST_VERSION)
+        self._migrations_applied(found, LATEST_VERSION)
 
     @asynccontextmanager
     async def _connection(
@@ -419,14 +417,9 @@ class PostgresSessionManager(SessionManager):
                 if outcome != request.expected_version:
                     break
                 # Inconclusive (see save_statement): a fresh statement has a fresh snapshot.
-        if outcome == OTHER_LIFE:
-            raise SessionConflictError(
-                request.session_id,
-                request.expected_version,
-                "the id was created or restored again since this copy was loaded",
-            )
         if outcome != 0:
-            raise refused(request, live=outcome != -1, stored_version=outcome)
+            live, other_life = outcome != -1, outcome == OTHER_LIFE
+            raise refused(request, live=live, stored_version=outcome, other_life=other_life)
 
     async def _archived(self, session_id: str, now: datetime) -> list[str]:
         rows = await self._read(self._sql.load_archive, self._ns, session_id, now)

@@ -43,6 +43,7 @@ from agentsessions.backend import (
     refused,
     scrub_secret,
     to_micros,
+    unstamp_lineage,
 )
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis
@@ -690,15 +691,7 @@ def _scored(pairs: Any) -> list[tuple[bytes, int]]:
 
 def _record(fields: list[bytes | None]) -> SessionRecord:
     """The record a load script read (`_scripts.HASH_FIELDS`, ``l`` last)."""
-    return decode_record((*fields[:8], _lineage(fields[8], fields[3])))
-
-
-def _lineage(stored: bytes | None, version: bytes | None) -> str:
-    """The lineage in field ``l`` if the session's last save wrote it, else "" (unknown)."""
-    if stored is None or version is None:
-        return ""
-    lineage, _, written_at = stored.rpartition(b":")
-    return lineage.decode() if written_at == version else ""
+    return decode_record((*fields[:8], unstamp_lineage(fields[8], fields[3])))
 
 
 async def _bounded(call: Callable[[E], Awaitable[T]], items: Sequence[E]) -> list[T]:

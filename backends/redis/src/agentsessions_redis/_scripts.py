@@ -31,7 +31,8 @@ __all__ = [
 #: The hash fields a load and a listing read, in this order.
 HASH_FIELDS = ("id", "u", "s", "v", "c", "m", "x", "n", "l")
 
-# ``l`` holds "<lineage>:<version it was written with>". A release that predates the
+# ``l`` holds "<lineage>:<version it was written with>" (`stamp_lineage`, read back
+# with `unstamp_lineage`). A release that predates the
 # lineage saves without touching it; the version then no longer matches and the
 # lineage reads as unknown (""), so such a save can never pass for an append.
 

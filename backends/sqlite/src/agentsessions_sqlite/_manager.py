@@ -99,7 +99,7 @@ def _load_since(
     if row is None:
         return None
     record = decode_record((session_id, *row))
-    start = event_count if record.lineage == lineage and record.event_count >= event_count else 0
+    start = record.since_position(event_count, lineage)
     # Stored positions count from the session's first position (moved by compaction).
     (first,) = conn.execute(sql.SELECT_FIRST_POSITION, (namespace, session_id)).fetchone()
     rows = conn.execute(
@@ -313,6 +313,13 @@ def _prepare_reader(conn: sqlite3.Connection) -> None:
     conn.execute("PRAGMA query_only = ON")
 
 
+def _locked(manager: SQLiteSessionManager, exc: sqlite3.Error) -> SessionError:
+    return manager._timed_out(
+        f"the database stayed locked by another connection for longer than "
+        f"busy_timeout={manager._busy_timeout:g}s ({exc})"
+    )
+
+
 class SQLiteSessionManager(SessionManager):
     """Sessions in a SQLite database, shared safely by tasks, threads and processes.
 
@@ -326,7 +333,10 @@ class SQLiteSessionManager(SessionManager):
     # Set by _open, which the base class runs before any other hook.
     _writer: Link
     _reader: Link
-    driver_errors = (ErrorRule((sqlite3.Error,)),)
+    driver_errors = (
+        ErrorRule((sqlite3.Error,), when=is_busy, build=_locked),
+        ErrorRule((sqlite3.Error,)),
+    )
     capabilities = Capabilities(persistent=True, shared=True, compaction=True)
     db_system = "sqlite"
 
@@ -378,8 +388,7 @@ class SQLiteSessionManager(SessionManager):
                 raise BackendUnavailableError(self.url, self._open_failure(exc)) from exc
             raise
         self._writer, self._reader = writer, reader
-        if found < SCHEMA_VERSION:
-            self._migrations_applied(found, SCHEMA_VERSION)
+        self._migrations_applied(found, SCHEMA_VERSION)
 
     def _open_failure(self, exc: sqlite3.Error) -> str:
         reason = f"cannot open SQLite database {self.path}: {exc}"
@@ -396,16 +405,6 @@ class SQLiteSessionManager(SessionManager):
         if self._reader is not self._writer:
             await self._reader.close()
         await self._writer.close()
-
-    # -- plumbing -------------------------------------------------------------------------
-
-    def _translate(self, exc: BaseException) -> SessionError | None:
-        if isinstance(exc, sqlite3.Error) and is_busy(exc):
-            return self._timed_out(
-                f"the database stayed locked by another connection for longer than "
-                f"busy_timeout={self._busy_timeout:g}s ({exc})"
-            )
-        return super()._translate(exc)
 
     # -- hooks ----------------------------------------------------------------------------
 

@@ -59,7 +59,7 @@ from .. import _json
 from .._errors import InvalidInputError, SessionConflictError, SessionSerializationError
 from .._manager import DEFAULT_UPDATE_RETRIES, SessionManager, validate_id
 from .._models import Event, Session
-from .._tracking import mark_loaded
+from .._tracking import event_contents, mark_loaded
 from ._shared import backoff, finish_despite_cancellation
 
 if TYPE_CHECKING:
@@ -151,8 +151,9 @@ class AgentSessionsSession:
             return []
         # Every load decodes fresh objects from storage, so handing out the stored
         # dicts cannot alias anything another reader holds (the held copy writes only
-        # the events appended to it, never these).
-        return [cast("TResponseInputItem", event.content) for event in session.events]
+        # the events appended to it, never these). Only the items are decoded: the
+        # loaded events never become Event models that would be thrown away.
+        return cast("list[TResponseInputItem]", event_contents(session.events))
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append *items* in one atomic save, retrying if another writer saved first."""
