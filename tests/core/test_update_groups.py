@@ -4,6 +4,7 @@ and each call still gets its own outcome (its fn's error, its retries, its deadl
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import uuid
 from datetime import datetime
 from typing import Any
@@ -303,6 +304,52 @@ async def test_update_from_inside_fn_on_the_same_session_does_not_wait_for_itsel
         await asyncio.wait_for(manager.update("s", nested), 5)
         stored = await manager.get("s")
         assert [e.content for e in stored.events] == ["inner", "outer"]
+
+
+CALLER: contextvars.ContextVar[str] = contextvars.ContextVar("caller", default="none")
+
+
+async def test_each_fn_runs_under_its_callers_context_variables() -> None:
+    async with Counting() as manager:
+        await manager.create("s")
+        seen: dict[str, str] = {}
+
+        async def call(label: str, asynchronous: bool) -> None:
+            CALLER.set(label)
+
+            def record(session: Session) -> None:
+                seen[label] = CALLER.get()
+                session.add_event("user", label)
+
+            async def record_later(session: Session) -> None:
+                await asyncio.sleep(0)
+                record(session)
+
+            await manager.update("s", record_later if asynchronous else record)
+
+        labels = [f"c{i}" for i in range(8)]
+        await asyncio.gather(*(call(label, i % 2 == 0) for i, label in enumerate(labels)))
+        assert manager.saves == 2  # grouped: most fns ran in the leader's task
+        assert seen == {label: label for label in labels}
+
+
+async def test_a_waiting_calls_fn_may_update_its_own_session_without_waiting() -> None:
+    async with Counting() as manager:
+        await manager.create("s")
+
+        async def nested(session: Session) -> None:
+            if not any(e.content == "inner" for e in session.events):
+                await manager.update("s", _appender("inner"))
+            session.add_event("user", "outer")
+
+        # The second call waits behind the first and is applied by the next leader:
+        # its nested update() must still run alone instead of waiting for its group.
+        await asyncio.wait_for(
+            asyncio.gather(manager.update("s", _appender("first")), manager.update("s", nested)),
+            5,
+        )
+        stored = await manager.get("s")
+        assert [e.content for e in stored.events] == ["first", "inner", "outer"]
 
 
 async def test_group_false_races_like_a_separate_writer() -> None:

@@ -69,6 +69,8 @@ _LEAD = object()
 class _Call:
     fn: Fn
     retries: int
+    #: The caller's context variables, for its fn to run under wherever it is applied.
+    context: contextvars.Context = field(default_factory=contextvars.copy_context)
     #: Made when the call has to wait (most calls never do).
     answer: asyncio.Future[object] | None = None
     conflicts: int = 0
@@ -170,12 +172,19 @@ def _join(lane: Lane, group: list[_Call]) -> None:
 
 
 async def _apply(group: list[_Call], session: Session) -> tuple[_Call, Exception] | None:
-    """Apply the group's functions in order; the first one that raises, and what."""
+    """Apply the group's functions in order; the first one that raises, and what.
+
+    Each runs under its caller's context variables, as if its caller had run it (an
+    async one in a task of its own made in that context), and with the leader's lanes
+    marked as being applied, so that an update() it makes of its own session runs alone.
+    """
+    applying = _APPLYING.get()
     for call in group:
         try:
-            result = call.fn(session)
+            call.context.run(_APPLYING.set, applying)
+            result = call.context.run(call.fn, session)
             if inspect.isawaitable(result):
-                await result
+                await call.context.run(asyncio.ensure_future, result)
         except Exception as exc:
             return call, exc
     return None
