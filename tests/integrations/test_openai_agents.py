@@ -7,6 +7,7 @@ Runner built, which is how the tests see that history really came from the store
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from collections.abc import AsyncIterator
 from typing import Any
@@ -248,43 +249,70 @@ async def test_clear_session_empties_history_and_keeps_the_session(
 
 
 class RacingSaves:
-    """Makes every save of *manager* wait until *width* saves are pending, so that
-    writers that loaded the same version really collide; counts the conflicts."""
+    """Makes every save of the managers it wraps wait until *width* saves are pending,
+    so that writers that loaded the same version really collide; counts the conflicts.
 
-    def __init__(self, manager: SessionManager, width: int) -> None:
-        self.manager = manager
+    Writers that collide use managers of their own, as separate processes would: the
+    update() calls of one manager on one session share saves instead of colliding.
+    """
+
+    def __init__(self, width: int) -> None:
         self.width = width
         self.pending = 0
         self.conflicts = 0
+        self.saves = 0
         self.released = asyncio.Event()
-        self._save = manager.save
 
-    async def save(self, session: Any) -> None:
-        self.pending += 1
-        if self.pending >= self.width:
-            self.released.set()
-        await asyncio.wait_for(self.released.wait(), timeout=10)
-        try:
-            await self._save(session)
-        except SessionConflictError:
-            self.conflicts += 1
-            raise
+    def wrap(self, manager: SessionManager, monkeypatch: pytest.MonkeyPatch) -> None:
+        real = manager.save
+
+        async def save(session: Any) -> None:
+            self.pending += 1
+            if self.pending >= self.width:
+                self.released.set()
+            await asyncio.wait_for(self.released.wait(), timeout=10)
+            self.saves += 1
+            try:
+                await real(session)
+            except SessionConflictError:
+                self.conflicts += 1
+                raise
+
+        monkeypatch.setattr(manager, "save", save)
+
+
+@contextlib.asynccontextmanager
+async def racing_managers(
+    manager: SessionManager, count: int, racing: RacingSaves, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[list[SessionManager]]:
+    """*manager* and *count* - 1 other managers on its store, their saves racing."""
+    managers = [manager, *(manager.with_options() for _ in range(count - 1))]
+    for each in managers:
+        racing.wrap(each, monkeypatch)
+    try:
+        yield managers
+    finally:
+        for other in managers[1:]:
+            await other.close()
 
 
 async def test_concurrent_add_items_all_land(
     manager: SessionManager, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     await manager.create("conv-race")
-    racing = RacingSaves(manager, width=4)
-    monkeypatch.setattr(manager, "save", racing.save)
+    racing = RacingSaves(width=4)
     batches = [
         [{"role": "user", "content": f"writer {writer} item {index}"} for index in range(3)]
         for writer in range(4)
     ]
-    # Separate session objects, as separate runs (or processes) would have.
-    await asyncio.gather(
-        *(AgentSessionsSession("conv-race", manager).add_items(batch) for batch in batches)
-    )
+    # Separate session objects and managers, as separate runs (or processes) would have.
+    async with racing_managers(manager, 4, racing, monkeypatch) as managers:
+        await asyncio.gather(
+            *(
+                AgentSessionsSession("conv-race", each).add_items(batch)
+                for each, batch in zip(managers, batches, strict=True)
+            )
+        )
 
     assert racing.conflicts >= 3  # all four loaded one version: three had to retry
     stored = await AgentSessionsSession("conv-race", manager).get_items()
@@ -295,6 +323,32 @@ async def test_concurrent_add_items_all_land(
     for batch in batches:
         start = stored.index(batch[0])
         assert stored[start : start + 3] == batch
+
+
+async def test_concurrent_add_items_through_one_manager_share_saves(
+    manager: SessionManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await manager.create("conv-grouped")
+    saves: list[int] = []
+    real = manager.save
+
+    async def counted(session: Any) -> None:
+        saves.append(len(session.events))
+        await asyncio.sleep(0.01)  # the others arrive while this save is in flight
+        await real(session)
+
+    monkeypatch.setattr(manager, "save", counted)
+    batches = [
+        [{"role": "user", "content": f"writer {writer} item {index}"} for index in range(3)]
+        for writer in range(6)
+    ]
+    await asyncio.gather(
+        *(AgentSessionsSession("conv-grouped", manager).add_items(batch) for batch in batches)
+    )
+
+    assert len(saves) == 2  # the first alone, the five that waited for it together
+    stored = await AgentSessionsSession("conv-grouped", manager).get_items()
+    assert stored == [item for batch in batches for item in batch]  # in call order
 
 
 async def test_add_items_after_get_items_saves_the_read_copy_without_loading_again(
@@ -344,8 +398,8 @@ async def test_concurrent_pops_return_distinct_items(
 ) -> None:
     session = AgentSessionsSession("conv-pops", manager)
     await session.add_items(ITEM_SHAPES[:4])
-    racing = RacingSaves(manager, width=2)
-    monkeypatch.setattr(manager, "save", racing.save)
+    racing = RacingSaves(width=2)
+    racing.wrap(manager, monkeypatch)
     popped = await asyncio.gather(session.pop_item(), session.pop_item())
     assert racing.conflicts >= 1
     assert sorted(map(str, popped)) == sorted(map(str, ITEM_SHAPES[2:4]))
@@ -357,13 +411,15 @@ async def test_conflicts_beyond_retries_raise(
 ) -> None:
     session = AgentSessionsSession("conv-hot", manager, retries=0)
     await session.add_items(ITEM_SHAPES[:1])
-    racing = RacingSaves(manager, width=2)
-    monkeypatch.setattr(manager, "save", racing.save)
-    outcomes = await asyncio.gather(
-        session.add_items(ITEM_SHAPES[1:2]),
-        session.add_items(ITEM_SHAPES[2:3]),
-        return_exceptions=True,
-    )
+    racing = RacingSaves(width=2)
+    async with racing_managers(manager, 2, racing, monkeypatch) as managers:
+        outcomes = await asyncio.gather(
+            *(
+                AgentSessionsSession("conv-hot", each, retries=0).add_items(items)
+                for each, items in zip(managers, [ITEM_SHAPES[1:2], ITEM_SHAPES[2:3]], strict=True)
+            ),
+            return_exceptions=True,
+        )
     assert sum(isinstance(o, SessionConflictError) for o in outcomes) == 1
     assert len(await session.get_items()) == 2  # the loser wrote nothing
 

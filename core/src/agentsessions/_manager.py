@@ -14,7 +14,7 @@ import os
 import random
 import secrets
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from . import _deadline, _instrumentation, _json, _log
+from . import _deadline, _grouping, _instrumentation, _json, _log
 from ._clock import SYSTEM_CLOCK, Clock
 from ._deadline import ErrorRule
 from ._errors import (
@@ -264,6 +264,8 @@ class SessionManager(abc.ABC):
         self._opened = False
         self._closed = False
         self._per_loop: PerLoop[Any] | None = None
+        # update() calls in flight or waiting, per session (see `_grouping`).
+        self._lanes: dict[Hashable, _grouping.Lane] = {}
         _instrumentation.track(self)
 
     # -- construction -----------------------------------------------------------------
@@ -1043,49 +1045,87 @@ class SessionManager(abc.ABC):
         create: bool = False,
         retries: int = DEFAULT_UPDATE_RETRIES,
         last_events: int | None = None,
+        group: bool = True,
     ) -> Session:
         """Load, apply *fn*, save; on `SessionConflictError` reload and apply again.
 
         *fn* may be sync or async and must be safe to run more than once. With
         ``create=True`` an absent session is created first; otherwise absent raises
-        `SessionNotFoundError`. After *retries* conflicts the last one is raised.
+        `SessionNotFoundError`. After *retries* lost races the last
+        `SessionConflictError` is raised.
 
-        The whole call, retries included, is bounded by the ``timeout`` option. A save
-        that fails with `BackendUnavailableError` may have landed, so it is re-sent
-        with its token (see `save`) until it gets a definite answer: *fn*'s change is
-        never applied twice; `BackendReadOnlyError` is one (nothing was written) and is
-        raised at once. If the deadline passes first, `BackendTimeoutError` is
-        raised and the change may or may not be stored (`get` tells).
+        Concurrent calls of this manager on one session share saves (group commit):
+        while one is in flight, later ones (same ``user_id``, ``create`` and
+        ``last_events``) wait; then the first of them loads a fresh copy once, applies
+        all their functions to it in call order (each sees what the earlier ones did,
+        as if they ran one after the other) and saves them in one save. Each call's
+        outcome is still its own: a *fn* that raises fails only its call (the others
+        are applied again without it), each call counts its own *retries*, and a
+        race lost to another process retries the group on fresh data. The session
+        returned is the one stored by the save that carried *fn*'s change, so it may
+        hold changes of calls grouped after it. A call made from inside *fn* on the
+        same session runs on its own (it does not wait for the group it is part of).
+        ``group=False`` opts out: the call loads and saves on its own and races the
+        others like a separate process would.
+
+        The whole call, waiting and retries included, is bounded by the ``timeout``
+        option. A save that fails with `BackendUnavailableError` may have landed, so it
+        is re-sent with its token (see `save`) until it gets a definite answer: *fn*'s
+        change is never applied twice; `BackendReadOnlyError` is one (nothing was
+        written) and is raised at once. If the deadline passes first (or, for a
+        grouped call, the deadline of the call whose save carries its change),
+        `BackendTimeoutError` is raised and the change may or may not be stored
+        (`get` tells).
         ``last_events=N`` loads only the newest N events on each attempt (``0`` for an
         append that needs no history); *fn* may then append events or remove them from
         the end, not both (`PartialSessionError`).
         """
+        validate_id(session_id)
+        _optional_id(user_id, "user_id")
+        if type(retries) is not int or retries < 0:
+            raise InvalidInputError(f"retries must be an int >= 0, not {retries!r}")
         async with _deadline.call(self, "update"):
-            held: LoadedState | None = None
-            for attempt in range(retries + 1):
-                session: Session | None = None
-                if held is not None:
-                    # A lost race: extend the copy we hold with what changed since.
-                    session = await self._reload(session_id, held, user_id, last_events)
-                if session is None and create:
-                    session = await self.get_or_create(session_id, user_id, last_events=last_events)
-                elif session is None and held is None:
-                    session = await self.get(session_id, user_id=user_id, last_events=last_events)
-                if session is None:
-                    raise SessionNotFoundError(session_id)
-                held = session._loaded
-                result = fn(session)
-                if inspect.isawaitable(result):
-                    await result
-                try:
-                    await self._save_until_answered(session)
-                except SessionConflictError:
-                    if attempt >= retries:
-                        _log.retries_exhausted(self, retries)
-                        raise
-                    await backoff(attempt)
-                    continue
-                return session
+            if group and type(last_events) in (int, type(None)) and type(create) is bool:
+                return await _grouping.grouped_update(
+                    self, session_id, fn, user_id, create, retries, last_events
+                )
+            return await self._update_alone(session_id, fn, user_id, create, retries, last_events)
+
+    async def _update_alone(
+        self,
+        session_id: str,
+        fn: Callable[[Session], Awaitable[object] | object],
+        user_id: str | None,
+        create: bool,
+        retries: int,
+        last_events: int | None,
+    ) -> Session:
+        """`update` without group commit: its own loads and saves (inside its deadline)."""
+        held: LoadedState | None = None
+        for attempt in range(retries + 1):
+            session: Session | None = None
+            if held is not None:
+                # A lost race: extend the copy we hold with what changed since.
+                session = await self._reload(session_id, held, user_id, last_events)
+            if session is None and create:
+                session = await self.get_or_create(session_id, user_id, last_events=last_events)
+            elif session is None and held is None:
+                session = await self.get(session_id, user_id=user_id, last_events=last_events)
+            if session is None:
+                raise SessionNotFoundError(session_id)
+            held = session._loaded
+            result = fn(session)
+            if inspect.isawaitable(result):
+                await result
+            try:
+                await self._save_until_answered(session)
+            except SessionConflictError:
+                if attempt >= retries:
+                    _log.retries_exhausted(self, retries)
+                    raise
+                await backoff(attempt)
+                continue
+            return session
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _reload(

@@ -361,7 +361,9 @@ async def test_concurrent_updates_from_two_managers_lose_nothing(
     await first.create("contended")
 
     async def append(manager: MongoSessionManager, value: int) -> None:
-        await manager.update("contended", lambda s: s.add_event("user", value))
+        # group=False: every call saves on its own, so 24 saves race (grouped, the calls
+        # of each manager would share saves and only the two managers would race).
+        await manager.update("contended", lambda s: s.add_event("user", value), group=False)
 
     await asyncio.gather(*(append((first, second)[i % 2], i) for i in range(24)))
     stored = await (await _fresh(first)).get("contended")

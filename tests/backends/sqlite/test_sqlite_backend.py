@@ -348,7 +348,9 @@ async def test_many_tasks_updating_one_manager(file_manager: SQLiteSessionManage
     await file_manager.create("busy")
 
     async def append(i: int) -> None:
-        await file_manager.update("busy", lambda s: s.add_event("user", i))
+        # group=False: each call loads and saves on its own, so the 50 saves race through
+        # the one writer connection (grouped, they would share two saves).
+        await file_manager.update("busy", lambda s: s.add_event("user", i), group=False)
 
     await asyncio.gather(*(append(i) for i in range(50)))
     stored = await file_manager.get("busy")

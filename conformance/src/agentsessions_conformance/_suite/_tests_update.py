@@ -22,7 +22,9 @@ class _Boom(Exception):
 
 class UpdateTests(SuiteBase):
     async def test_update_concurrent_appends_all_land(self, manager: SessionManager) -> None:
-        """20 concurrent update() calls appending one event each: all 20 land, none twice."""
+        """20 concurrent update() calls appending one event each, each loading and saving
+        on its own (``group=False``), so that their saves race in the backend: all 20
+        land, none twice."""
         session_id = self.new_id()
         await manager.create(session_id)
         appended: list[str] = []
@@ -31,7 +33,7 @@ class UpdateTests(SuiteBase):
             def add(session: Session) -> None:
                 session.add_event("worker", f"w{i}")
 
-            done = await manager.update(session_id, add)
+            done = await manager.update(session_id, add, group=False)
             appended.append(done.events[-1].id)
 
         await asyncio.gather(*(append(i) for i in range(20)))
@@ -42,6 +44,67 @@ class UpdateTests(SuiteBase):
         assert sorted(appended) == sorted(e.id for e in stored.events)
         assert stored.version == 21
         await self.check_positions(manager, session_id, 20)
+
+    async def test_update_concurrent_calls_share_saves(self, manager: SessionManager) -> None:
+        """20 concurrent update() calls of one manager on one session share saves: the
+        first is saved alone, the 19 that waited for it in one save, each function seeing
+        what the earlier ones did (as if run one after the other, in call order)."""
+        session_id = self.new_id()
+        await manager.create(session_id, state={"count": 0})
+        returned: dict[int, Session] = {}
+
+        async def call(i: int) -> None:
+            async def add(session: Session) -> None:
+                await asyncio.sleep(0)  # the later calls arrive while this one is in flight
+                count = session.state["count"]
+                session.add_event("worker", f"n{count}", caller=i)
+                session.state["count"] = count + 1
+
+            returned[i] = await manager.update(session_id, add)
+
+        await asyncio.gather(*(call(i) for i in range(20)))
+        stored = await self.readback(manager, session_id)
+        assert stored is not None
+        assert [e.content for e in stored.events] == [f"n{k}" for k in range(20)]
+        assert [e.metadata["caller"] for e in stored.events] == list(range(20))
+        assert stored.state == {"count": 20}
+        assert stored.version == 3, f"{stored.version - 1} saves for 20 calls (2 expected)"
+        for i, done in returned.items():
+            assert i in {e.metadata["caller"] for e in done.events}, f"call {i}: not in its result"
+        await self.check_positions(manager, session_id, 20)
+        # Each result is the caller's own copy, tracked: changed and saved, it lands.
+        returned[5].add_event("user", "after")
+        await manager.save(returned[5])
+        again = await self.readback(manager, session_id)
+        assert again is not None and [e.content for e in again.events][-1] == "after"
+        assert len(returned[6].events) == 20  # another caller's copy is untouched
+
+    async def test_update_grouped_failure_fails_only_its_call(
+        self, manager: SessionManager
+    ) -> None:
+        """In a group of concurrent update() calls, a function that raises (after half
+        changing the copy) fails its own call only: the others all land, in call order,
+        and nothing of the failed one is written."""
+        session_id = self.new_id()
+        await manager.create(session_id)
+
+        async def call(i: int) -> None:
+            async def add(session: Session) -> None:
+                await asyncio.sleep(0)
+                session.add_event("worker", f"w{i}")
+                if i in (0, 3):
+                    session.state["half"] = True
+                    raise _Boom
+
+            await manager.update(session_id, add)
+
+        outcomes = await asyncio.gather(*(call(i) for i in range(6)), return_exceptions=True)
+        assert [isinstance(o, _Boom) for o in outcomes] == [i in (0, 3) for i in range(6)]
+        assert all(o is None for i, o in enumerate(outcomes) if i not in (0, 3)), outcomes
+        stored = await self.readback(manager, session_id)
+        assert stored is not None
+        assert [e.content for e in stored.events] == ["w1", "w2", "w4", "w5"]
+        assert stored.state == {}
 
     async def test_update_accepts_sync_and_async_fn(self, manager: SessionManager) -> None:
         """update() applies a sync or an async function and saves the result."""
