@@ -44,7 +44,6 @@ from ._errors import (
     BackendUnavailableError,
     SessionConflictError,
     SessionError,
-    SessionNotFoundError,
 )
 from ._models import Session
 from ._tracking import mark_loaded
@@ -206,17 +205,9 @@ async def _lead(
     sending = False
     try:
         while True:
-            session: Session | None = None
-            if held is not None:
-                # A fresh copy: what changed since the one held (its tracking still
-                # has the stored events, whatever the functions did to the copy).
-                session = await manager._reload(session_id, held, user_id, last_events)
-            if session is None and create:
-                session = await manager.get_or_create(session_id, user_id, last_events=last_events)
-            elif session is None and held is None:
-                session = await manager.get(session_id, user_id=user_id, last_events=last_events)
-            if session is None:
-                raise SessionNotFoundError(session_id)
+            # A fresh copy: after a first attempt, what changed since the one held (its
+            # tracking still has the stored events, whatever the functions did to it).
+            session = await manager._copy_to_update(session_id, held, user_id, create, last_events)
             held = session._loaded
             # A caller that gave up waiting (its deadline, a cancellation) before its
             # change was sent: it is dropped, so it is not stored.

@@ -1103,16 +1103,7 @@ class SessionManager(abc.ABC):
         """`update` without group commit: its own loads and saves (inside its deadline)."""
         held: LoadedState | None = None
         for attempt in range(retries + 1):
-            session: Session | None = None
-            if held is not None:
-                # A lost race: extend the copy we hold with what changed since.
-                session = await self._reload(session_id, held, user_id, last_events)
-            if session is None and create:
-                session = await self.get_or_create(session_id, user_id, last_events=last_events)
-            elif session is None and held is None:
-                session = await self.get(session_id, user_id=user_id, last_events=last_events)
-            if session is None:
-                raise SessionNotFoundError(session_id)
+            session = await self._copy_to_update(session_id, held, user_id, create, last_events)
             held = session._loaded
             result = fn(session)
             if inspect.isawaitable(result):
@@ -1127,6 +1118,28 @@ class SessionManager(abc.ABC):
                 continue
             return session
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _copy_to_update(
+        self,
+        session_id: str,
+        held: LoadedState | None,
+        user_id: str | None,
+        create: bool,
+        last_events: int | None,
+    ) -> Session:
+        """The copy an `update` attempt applies its change to: *held* (the tracking of
+        the copy that lost a race, if any) extended with what changed since, or a fresh
+        load (created first with *create*). `SessionNotFoundError` if there is none."""
+        session: Session | None = None
+        if held is not None:
+            session = await self._reload(session_id, held, user_id, last_events)
+        if session is None and create:
+            session = await self.get_or_create(session_id, user_id, last_events=last_events)
+        elif session is None and held is None:
+            session = await self.get(session_id, user_id=user_id, last_events=last_events)
+        if session is None:
+            raise SessionNotFoundError(session_id)
+        return session
 
     async def _reload(
         self,
