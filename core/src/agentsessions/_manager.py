@@ -1185,7 +1185,7 @@ class SessionManager(abc.ABC):
                 events = events[cut:]
                 offset += cut
             partial = True
-        session = Session.model_construct(
+        return loaded_session(
             session_id=record.session_id,
             user_id=record.user_id,
             events=events,
@@ -1193,11 +1193,11 @@ class SessionManager(abc.ABC):
             created_at=record.created_at,
             updated_at=record.updated_at,
             version=record.version,
+            offset=offset,
+            partial=partial,
+            lineage=record.lineage,
+            shift=shift,
         )
-        mark_loaded(session, offset=offset, partial=partial, lineage=record.lineage)
-        if session._loaded is not None:
-            session._loaded.shift = shift
-        return session
 
     async def _save_until_answered(self, session: Session) -> None:
         """Save; re-send while the outcome is unknown (bounded by the call's deadline)."""
