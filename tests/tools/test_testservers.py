@@ -21,7 +21,13 @@ from typing import TypeVar
 import agentsessions_testservers as servers
 import pytest
 from agentsessions_testservers import ManagedServer, ServerUnavailable
-from agentsessions_testservers._process import PortInUse, Process, ProcessServer, make_workdir
+from agentsessions_testservers._process import (
+    PortInUse,
+    Process,
+    ProcessServer,
+    make_workdir,
+    process_gone,
+)
 
 REQUIRE_SERVERS = os.environ.get("AGENTSESSIONS_REQUIRE_SERVERS") == "1"
 T = TypeVar("T")
@@ -51,15 +57,6 @@ def _port_open(port: int) -> bool:
             return True
     except OSError:
         return False
-
-
-def _dead(pid: int) -> bool:
-    """Gone, or a zombie that its new parent has not reaped yet."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except FileNotFoundError:
-        return True
 
 
 def _restart(server: ManagedServer) -> None:
@@ -186,7 +183,7 @@ def test_postgres_pair_streams_and_fails_over(owned: list[ManagedServer]) -> Non
     assert backends  # the postmaster's children, killed with it
     pair.kill_primary()
     assert not pair.primary.is_running() and not _port_open(primary or 0)
-    assert all(_dead(pid) for pid in backends)
+    assert all(process_gone(pid) for pid in backends)
     pair.promote()
     asyncio.run(write(pair.url, 2))  # the multi-host URL finds the promoted standby
 

@@ -25,6 +25,7 @@ from ._process import (
     ServerUnavailable,
     free_port,
     make_workdir,
+    process_gone,
     run_checked,
     start_with_port_retry,
     wait_for,
@@ -221,17 +222,6 @@ def start_postgres(*, start_timeout: float = 30.0) -> ManagedServer:
     return start_with_port_retry(lambda: _build(bindir, user, start_timeout))
 
 
-def _dead(pid: int) -> bool:
-    """Gone, or a zombie that its new parent has not reaped yet."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except FileNotFoundError:
-        return True
-    except OSError:
-        return False
-
-
 def _children_of(pid: int) -> list[int]:
     """PIDs whose parent is *pid*, read from /proc (none where there is no /proc)."""
     found: list[int] = []
@@ -418,7 +408,7 @@ class PostgresStandbyPair(ProcessServer):
             # A signal is delivered asynchronously: return only once the crash is complete,
             # so that nothing of the old primary can still answer or write.
             wait_for(
-                lambda: all(_dead(doomed) for doomed in backends),
+                lambda: all(process_gone(doomed) for doomed in backends),
                 deadline=time.monotonic() + 10.0,
                 what="the killed primary's backends to exit",
                 watch=(),

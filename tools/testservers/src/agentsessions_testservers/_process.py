@@ -37,6 +37,7 @@ __all__ = [
     "free_port_with_offset",
     "log_tail",
     "make_workdir",
+    "process_gone",
     "run_checked",
     "start_with_port_retry",
     "tcp_accepts",
@@ -500,3 +501,14 @@ def start_with_port_retry(
         return server
     assert last is not None
     raise last
+
+
+def process_gone(pid: int) -> bool:
+    """Gone, or a zombie that its new parent has not reaped yet."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
