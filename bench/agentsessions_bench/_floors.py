@@ -305,11 +305,13 @@ class RedisFloor(_Floor):
             from redis.asyncio.cluster import RedisCluster
         except ImportError as exc:
             raise StoreUnavailable("redis is not installed") from exc
+        # No socket timeout, as ours runs without one unless asked (redis-py 8 would
+        # otherwise wrap every send in a task and every read in a timer).
         if self._cluster:
             url = "redis://" + self._url.partition("://")[2]
-            self._client = RedisCluster.from_url(url)
+            self._client = RedisCluster.from_url(url, socket_timeout=None)
         else:
-            self._client = aioredis.from_url(self._url)
+            self._client = aioredis.from_url(self._url, socket_timeout=None)
         try:
             await self._client.ping()
         except Exception as exc:

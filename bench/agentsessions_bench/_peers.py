@@ -215,7 +215,8 @@ class SdkRedisStore(_SdkStore):
         _need("agents.extensions.memory.redis_session", "openai-agents[redis]")
         import redis.asyncio as aioredis
 
-        self._client = aioredis.from_url(self._url)
+        # The client the floor uses (no socket timeout): the store is what is compared.
+        self._client = aioredis.from_url(self._url, socket_timeout=None)
 
     def _make(self, session_id: str) -> Any:
         from agents.extensions.memory.redis_session import RedisSession

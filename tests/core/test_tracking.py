@@ -308,6 +308,66 @@ async def test_a_turn_on_a_loaded_history_decodes_nothing() -> None:
     assert contents == [0, 1, 2, 3, 4, 5, "question 0", "answer 0", "question 1", "answer 1"]
 
 
+async def test_events_add_event_made_are_saved_without_reading_the_loaded_ids(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    manager = MemorySessionManager()
+    session = await manager.create("s")
+    session.events.extend(POOL[:6])
+    await manager.save(session)
+    loaded = await manager.get("s")
+    assert loaded is not None
+    parsed: list[int] = []
+    real_ids = StoredEvents.ids
+
+    def counting(self: StoredEvents) -> list[str]:
+        parsed.append(len(self))
+        return real_ids(self)
+
+    monkeypatch.setattr(StoredEvents, "ids", counting)
+    loaded.add_event("user", "fresh")
+    loaded.add_event("assistant", "fresh too")
+    await manager.save(loaded)
+    assert parsed == []  # random ids drawn just now: nothing to compare them with
+    loaded.events.append(Event(author="user", content="built by the caller"))
+    await manager.save(loaded)
+    assert parsed == [6]  # an Event the caller built may carry any id: checked
+    stored = await manager.get("s")
+    assert stored is not None and len(stored.events) == 9
+
+
+async def test_an_event_add_event_made_is_still_refused_where_its_id_exists() -> None:
+    manager = MemorySessionManager()
+    await manager.create("s")
+    first = await manager.get("s")
+    second = await manager.get("s")
+    assert first is not None and second is not None
+    made = first.add_event("user", "once")
+    first.events.append(made)  # the same object twice in one save
+    with pytest.raises(InvalidInputError, match="duplicate event id"):
+        await manager.save(first)
+    del first.events[-1]
+    await manager.save(first)
+    first.events.append(made)  # saved already: its id is stored now
+    with pytest.raises(InvalidInputError, match="duplicate event id"):
+        await manager.save(first)
+    del first.events[-1]
+    first.events.append(made.model_copy(update={"content": "a copy keeps the id"}))
+    with pytest.raises(InvalidInputError, match="duplicate event id"):
+        await manager.save(first)
+    # Made in one copy, saved through another: the first copy's save is checked in full.
+    made_in_second = second.add_event("user", "twice")
+    third = await manager.get("s")
+    assert third is not None
+    third.events.append(made_in_second)
+    await manager.save(third)
+    reloaded = await manager.get("s")
+    assert reloaded is not None
+    reloaded.events.append(made_in_second)
+    with pytest.raises(InvalidInputError, match="duplicate event id"):
+        await manager.save(reloaded)
+
+
 async def test_an_undecoded_session_validates_serialises_and_copies_whole() -> None:
     manager = MemorySessionManager()
     session = await manager.create("s")
@@ -327,3 +387,21 @@ async def test_an_undecoded_session_validates_serialises_and_copies_whole() -> N
     assert validated.events == POOL[:6]
     assert (await fresh()).model_copy(deep=True).events == POOL[:6]
     assert copy.deepcopy((await fresh()).events) == POOL[:6]
+
+
+@pytest.mark.parametrize("as_bytes", [False, True])
+def test_ids_are_read_off_stored_texts_as_a_parse_reads_them(as_bytes: bool) -> None:
+    events = [
+        Event(id="plain", author="a"),
+        Event(id='quo"te', author="a"),
+        Event(id="back\\slash", author="a"),
+        Event(id="üñí", author="a"),
+    ]
+    texts: list[Any] = [event.model_dump_json() for event in events]
+    # Another encoder's layout: spaces, id last, id written with escapes.
+    texts += ['{ "id": "spaced", "author": "a"}', '{"author": "a", "id": "last"}']
+    texts += ['{"id":"\\u0041scaped","author":"a"}']
+    if as_bytes:
+        texts = [text.encode() for text in texts]
+    expected = [event.id for event in events] + ["spaced", "last", "Ascaped"]
+    assert StoredEvents(texts).ids() == expected

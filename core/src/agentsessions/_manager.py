@@ -45,7 +45,7 @@ from ._errors import (
     SessionTooLargeError,
 )
 from ._loops import LoopLock, PerLoop
-from ._models import Event, Session, SessionPage, SessionSummary
+from ._models import Event, Session, SessionPage, SessionSummary, all_unsent, mark_sent
 from ._records import (
     Capabilities,
     CompactRequest,
@@ -645,8 +645,10 @@ class SessionManager(abc.ABC):
         keep = loaded.offset + keep_in_window
         # Ids are checked against the loaded events (a partial load sees only its
         # window); the set is kept on the load so repeated appends stay O(new events).
-        known = loaded.ids_of_prefix(keep_in_window)
+        # Events add_event just made carry fresh random ids: nothing to check them against.
+        known = _NO_IDS if all_unsent(added) else loaded.ids_of_prefix(keep_in_window)
         new_events = _encode_events(events, keep_in_window, keep, known)
+        mark_sent(added)
         now = self.clock.now()
         new_version = loaded.version + 1
         stored_count = loaded.offset + len(base)
@@ -1680,8 +1682,11 @@ def check_restorable(session: object) -> Restorable:
     )
 
 
+_NO_IDS: frozenset[str] = frozenset()
+
+
 def _encode_events(
-    events: list[Event], start: int, keep: int, known: set[str]
+    events: list[Event], start: int, keep: int, known: set[str] | frozenset[str]
 ) -> list[EventRecord]:
     """Check and encode ``events[start:]``, stored from position *keep* on.
 

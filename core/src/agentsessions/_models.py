@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -100,6 +102,40 @@ def _new_event(author: str, content: Any, metadata: dict[str, Any]) -> Event:
     return event
 
 
+# Events made by `EventsAndState.add_event` that no save has sent yet, by id(): their
+# ids were drawn at random just now, so they cannot repeat an id already stored and a
+# save may skip checking them against the loaded history (which costs a parse of every
+# loaded event). Weak, so an event dropped unsaved leaves no entry; an event that
+# merely equals one of them (a copy, an unpickled one) is a different object.
+_unsent: weakref.WeakValueDictionary[int, Event] = weakref.WeakValueDictionary()
+
+
+def all_unsent(events: Sequence[Event]) -> bool:
+    """Whether *events* are distinct objects made by ``add_event`` and never sent."""
+    found = _unsent.get
+    if not all(found(id(event)) is event for event in events):
+        return False
+    return len({id(event) for event in events}) == len(events)
+
+
+def new_event(author: str, content: Any = None, metadata: dict[str, Any] | None = None) -> Event:
+    """``Event(author=..., content=..., metadata=...)`` with a fresh random id, known
+    to saves as never sent (what ``add_event`` appends)."""
+    if type(author) is str and 0 < len(author) <= _MAX_AUTHOR:
+        event = _new_event(author, content, {} if metadata is None else metadata)
+    else:
+        event = Event(author=author, content=content, metadata=metadata or {})  # the errors
+    _unsent[id(event)] = event
+    return event
+
+
+def mark_sent(events: Sequence[Event]) -> None:
+    """Forget that *events* were unsent: a save is carrying them."""
+    drop = _unsent.pop
+    for event in events:
+        drop(id(event), None)
+
+
 class EventsAndState:
     """Conveniences over ``events`` and ``state``, shared by `Session` and the runtime's
     ``ExecutionContext`` (which forwards both to its session when it has one)."""
@@ -112,10 +148,7 @@ class EventsAndState:
 
     def add_event(self, author: str, content: Any = None, **metadata: Any) -> Event:
         """Append a new event and return it."""
-        if type(author) is str and 0 < len(author) <= _MAX_AUTHOR:
-            event = _new_event(author, content, metadata)
-        else:
-            event = Event(author=author, content=content, metadata=metadata)  # the errors
+        event = new_event(author, content, metadata)
         self.events.append(event)
         return event
 

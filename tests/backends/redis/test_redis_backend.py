@@ -480,3 +480,18 @@ async def test_the_archive_expires_with_the_session(deployment: Factory) -> None
     later = [int(await client.pexpiretime(key)) for key in (keys.hash, keys.events, keys.archive)]
     assert later[0] > times[0] and len(set(later)) == 1, "a save must refresh the archive too"
     assert [event.content for event in await manager.archived_events("archived")] == [0, 1, 2]
+
+
+async def test_connections_have_no_socket_timeout_unless_one_is_asked_for(
+    standalone: Callable[..., Any], cluster: Callable[..., Any]
+) -> None:
+    # Every call runs under its deadline already; a socket timeout makes redis-py wrap
+    # each send in a task and each read in a timer, and redis-py 8 sets one by default.
+    plain = await standalone()
+    assert plain.client.connection_pool.connection_kwargs["socket_timeout"] is None
+    asked = await standalone(socket_timeout=2)
+    assert asked.client.connection_pool.connection_kwargs["socket_timeout"] == 2
+    longer = await standalone(socket_timeout=60, timeout=10)  # the deadline comes first
+    assert longer.client.connection_pool.connection_kwargs["socket_timeout"] is None
+    nodes = (await cluster()).client.get_nodes()
+    assert nodes and all(node.connection_kwargs["socket_timeout"] is None for node in nodes)

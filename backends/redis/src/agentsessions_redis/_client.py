@@ -147,8 +147,10 @@ def _sentinel_client(url: str, settings: dict[str, Any]) -> Redis:
     # No retries of its own: a Sentinel that fails is skipped for the next one, and the
     # primary's connection retries the whole discovery (redis-py's default would retry
     # each Sentinel ten times, refused passwords included).
+    # A Sentinel that does not answer must not use up the call: without a socket timeout
+    # of our own, its probes keep redis-py's default one and the next Sentinel is tried.
     sentinel_settings: dict[str, Any] = {
-        k: v for k, v in settings.items() if k.startswith("socket_")
+        k: v for k, v in settings.items() if k.startswith("socket_") and v is not None
     }
     sentinel_settings["retry"] = Retry(NoBackoff(), 0)
     if parts.query.get("sentinel_username"):

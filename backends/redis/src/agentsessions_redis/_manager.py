@@ -231,11 +231,12 @@ class RedisSessionManager(SessionManager):
             "decode_responses": False,
             "retry": retry,
         }
-        if o.socket_timeout is not None and o.socket_timeout < o.timeout:
-            # Only when asked for: every call already runs under its deadline (which
-            # cancels it, and redis-py then drops the connection), while a socket
-            # timeout makes redis-py wrap each send in a task and each read in a timer.
-            settings["socket_timeout"] = o.socket_timeout
+        # Only when asked for: every call already runs under its deadline (which cancels
+        # it, and redis-py then drops the connection), while a socket timeout makes
+        # redis-py wrap each send in a task and each read in a timer. None is passed
+        # explicitly: redis-py 8 otherwise applies a default of its own.
+        asked = o.socket_timeout is not None and o.socket_timeout < o.timeout
+        settings["socket_timeout"] = o.socket_timeout if asked else None
         if o.max_connections is not None:
             settings["max_connections"] = o.max_connections
         try:

@@ -58,7 +58,7 @@ from agents.memory.session_settings import (
 from .. import _json
 from .._errors import InvalidInputError, SessionConflictError, SessionSerializationError
 from .._manager import DEFAULT_UPDATE_RETRIES, SessionManager, validate_id
-from .._models import Event, Session
+from .._models import Event, Session, new_event
 from .._tracking import event_contents, mark_loaded
 from ._shared import backoff, finish_despite_cancellation
 
@@ -309,7 +309,7 @@ class AgentSessionsSession:
                 _json.check_json(item, f"items[{index}]")
             except SessionSerializationError as exc:
                 raise ItemSerializationError(exc.path, exc.problem) from None
-            events.append(Event(author=_author_of(item), content=item))
+            events.append(new_event(_author_of(item), item))
         return events
 
     async def _load(self, *, last_events: int) -> Session | None:
