@@ -25,6 +25,17 @@ slice_st = st.builds(
     slice, st.none() | index_st, st.none() | index_st, st.sampled_from([None, 1, 2, -1, -2])
 )
 
+
+async def _loaded_pool(manager: MemorySessionManager) -> Session:
+    """Session "s" saved with the first six events of POOL, then loaded back."""
+    session = await manager.create("s")
+    session.events.extend(POOL[:6])
+    await manager.save(session)
+    loaded = await manager.get("s")
+    assert loaded is not None
+    return loaded
+
+
 operations = st.one_of(
     st.tuples(st.just("append"), events_st),
     st.tuples(st.just("extend"), st.lists(events_st, max_size=3)),
@@ -91,11 +102,7 @@ def test_positions_before_first_change_are_untouched(
 @given(st.lists(operations, min_size=1, max_size=5))
 async def test_any_edit_is_saved_exactly(ops: list[tuple[Any, ...]]) -> None:
     manager = MemorySessionManager()
-    session = await manager.create("s")
-    session.events.extend(POOL[:6])
-    await manager.save(session)
-    loaded = await manager.get("s")
-    assert loaded is not None
+    loaded = await _loaded_pool(manager)
     expected = list(loaded.events)
     for op in ops:
         _apply(loaded.events, op)
@@ -260,11 +267,7 @@ def test_ids_and_contents_come_without_building_events() -> None:
 @given(st.lists(operations, min_size=1, max_size=5))
 async def test_any_edit_of_an_undecoded_load_is_saved_exactly(ops: list[tuple[Any, ...]]) -> None:
     manager = MemorySessionManager()
-    session = await manager.create("s")
-    session.events.extend(POOL[:6])
-    await manager.save(session)
-    loaded = await manager.get("s")
-    assert loaded is not None
+    loaded = await _loaded_pool(manager)
     assert isinstance(loaded.events, LazyEvents)
     assert not loaded.events.decoded
     expected = list(POOL[:6])
@@ -283,11 +286,7 @@ async def test_any_edit_of_an_undecoded_load_is_saved_exactly(ops: list[tuple[An
 
 async def test_a_turn_on_a_loaded_history_decodes_nothing() -> None:
     manager = MemorySessionManager()
-    session = await manager.create("s")
-    session.events.extend(POOL[:6])
-    await manager.save(session)
-    loaded = await manager.get("s")
-    assert loaded is not None
+    loaded = await _loaded_pool(manager)
     for turn in range(2):
         loaded.add_event("user", f"question {turn}")
         loaded.add_event("assistant", f"answer {turn}")
@@ -312,11 +311,7 @@ async def test_events_add_event_made_are_saved_without_reading_the_loaded_ids(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     manager = MemorySessionManager()
-    session = await manager.create("s")
-    session.events.extend(POOL[:6])
-    await manager.save(session)
-    loaded = await manager.get("s")
-    assert loaded is not None
+    loaded = await _loaded_pool(manager)
     parsed: list[int] = []
     real_ids = StoredEvents.ids
 
@@ -405,3 +400,15 @@ def test_ids_are_read_off_stored_texts_as_a_parse_reads_them(as_bytes: bool) -> 
         texts = [text.encode() for text in texts]
     expected = [event.id for event in events] + ["spaced", "last", "Ascaped"]
     assert StoredEvents(texts).ids() == expected
+
+
+async def test_an_event_add_event_made_and_restored_is_refused_when_appended_again() -> None:
+    manager = MemorySessionManager()
+    built = Session(session_id="s", version=1)
+    made = built.add_event("user", "restored")
+    await manager.restore(built)
+    loaded = await manager.get("s")
+    assert loaded is not None
+    loaded.events.append(made)  # stored by the restore: not a fresh id any more
+    with pytest.raises(InvalidInputError, match="duplicate event id"):
+        await manager.save(loaded)

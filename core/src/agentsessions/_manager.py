@@ -774,6 +774,7 @@ class SessionManager(abc.ABC):
         kept = loaded.events[cut + 1 :]
         replacing = list(replacement)
         new_events = _encode_events(replacing, 0, 0, {event.id for event in kept})
+        mark_sent(replacing)
         replaced = loaded.offset + cut + 1
         # With encryption the kept events stay sealed where they were: their positions
         # move by len(replacing) - replaced, and the session's shift the other way.
@@ -1667,6 +1668,7 @@ def check_restorable(session: object) -> Restorable:
     updated_at = _aware("updated_at", session.updated_at)
     events = list(session.events)
     encoded = _encode_events(events, 0, 0, set())
+    mark_sent(events)
     return Restorable(
         SessionRecord(
             session_id=session_id,

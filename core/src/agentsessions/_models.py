@@ -79,7 +79,7 @@ _EVENT_FIELDS_GIVEN = frozenset(("author", "content", "metadata"))
 _set_attribute = object.__setattr__
 
 
-def _new_event(author: str, content: Any, metadata: dict[str, Any]) -> Event:
+def _unvalidated_event(author: str, content: Any, metadata: dict[str, Any]) -> Event:
     """``Event(author=author, content=content, metadata=metadata)`` for an author already
     known to be valid, built without the validator (an agent turn adds events one by
     one). *content* is Any, so validation would pass it through unchanged, and
@@ -122,7 +122,7 @@ def new_event(author: str, content: Any = None, metadata: dict[str, Any] | None 
     """``Event(author=..., content=..., metadata=...)`` with a fresh random id, known
     to saves as never sent (what ``add_event`` appends)."""
     if type(author) is str and 0 < len(author) <= _MAX_AUTHOR:
-        event = _new_event(author, content, {} if metadata is None else metadata)
+        event = _unvalidated_event(author, content, {} if metadata is None else metadata)
     else:
         event = Event(author=author, content=content, metadata=metadata or {})  # the errors
     _unsent[id(event)] = event
