@@ -495,3 +495,20 @@ async def test_connections_have_no_socket_timeout_unless_one_is_asked_for(
     assert longer.client.connection_pool.connection_kwargs["socket_timeout"] is None
     nodes = (await cluster()).client.get_nodes()
     assert nodes and all(node.connection_kwargs["socket_timeout"] is None for node in nodes)
+
+
+async def test_more_concurrent_calls_than_redis_pys_default_pool_all_succeed(
+    standalone: Callable[..., Any], cluster: Callable[..., Any]
+) -> None:
+    # redis-py's pools stop at 100 connections (per node) and raise instead of waiting.
+    for manager in (await standalone(), await cluster()):
+        await manager.create("busy")
+        found = await asyncio.gather(*(manager.get("busy") for _ in range(150)))
+        assert all(session is not None for session in found)
+        limited = await (standalone if manager.cluster is False else cluster)(max_connections=7)
+        pool_size = (
+            limited.client.connection_pool.max_connections
+            if not limited.cluster
+            else limited.client.get_nodes()[0].max_connections
+        )
+        assert pool_size == 7

@@ -171,8 +171,6 @@ def make_client(url: str, settings: dict[str, Any]) -> Redis | RedisCluster:
     scheme = urlsplit(url).scheme.lower()
     if scheme in CLUSTER_SCHEMES:
         first, nodes = split_cluster_url(url)
-        if "max_connections" in settings and settings["max_connections"] is None:
-            settings = {k: v for k, v in settings.items() if k != "max_connections"}
         return RedisCluster.from_url(
             first,
             startup_nodes=[ClusterNode(host, port) for host, port in nodes[1:]],

@@ -109,6 +109,8 @@ _DRIVER_ERRORS = (
 
 # How many scripts delete_user / purge keep in flight at once.
 _FANOUT = 64
+# A pool size no burst reaches: no limit in practice.
+_UNBOUNDED_POOL = 2**31 - 1
 _SCAN_BATCH = 500
 
 
@@ -237,8 +239,12 @@ class RedisSessionManager(SessionManager):
         # explicitly: redis-py 8 otherwise applies a default of its own.
         asked = o.socket_timeout is not None and o.socket_timeout < o.timeout
         settings["socket_timeout"] = o.socket_timeout if asked else None
-        if o.max_connections is not None:
-            settings["max_connections"] = o.max_connections
+        # redis-py's pools hold 100 connections (per node in a cluster) by default and
+        # raise MaxConnectionsError, rather than wait, when a burst needs more: one
+        # delete_user fans out past that. Without a limit asked for, there is none.
+        settings["max_connections"] = (
+            _UNBOUNDED_POOL if o.max_connections is None else o.max_connections
+        )
         try:
             client = make_client(self._url, settings)
         except (ValueError, TypeError, redis_errors.RedisClusterException) as exc:
