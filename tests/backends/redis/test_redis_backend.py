@@ -501,11 +501,12 @@ async def test_more_concurrent_calls_than_redis_pys_default_pool_all_succeed(
     standalone: Callable[..., Any], cluster: Callable[..., Any]
 ) -> None:
     # redis-py's pools stop at 100 connections (per node) and raise instead of waiting.
-    for manager in (await standalone(), await cluster()):
+    for make in (standalone, cluster):
+        manager = await make()
         await manager.create("busy")
         found = await asyncio.gather(*(manager.get("busy") for _ in range(150)))
         assert all(session is not None for session in found)
-        limited = await (standalone if manager.cluster is False else cluster)(max_connections=7)
+        limited = await make(max_connections=7)
         pool_size = (
             limited.client.connection_pool.max_connections
             if not limited.cluster
