@@ -64,7 +64,7 @@ async def run_engines(
         for item in plan.skipped:
             print(f"skipping {item['engine']}: {item['reason']}", file=sys.stderr)
         versions = await server_versions(plan.servers)
-        results = await run_suite(plan.factories, config, log)
+        results = await run_suite(plan.factories, config, log, plan.settle)
         collected = _collect(results, config, plan, versions)
         collected["instrumentation"] = await _instrumentation(plan, config, log)
         return collected
@@ -120,7 +120,7 @@ async def run_url(
     """Measure our store on *url* against the raw floor of its engine."""
     config = config or Config()
     async with plan_for_url(url, peers=peers) as plan:
-        results = await run_suite(plan.factories, config, log)
+        results = await run_suite(plan.factories, config, log, plan.settle)
         return _collect(results, config, plan, {})
 
 

@@ -16,7 +16,7 @@ import statistics
 import sys
 import time
 import traceback
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +35,13 @@ __all__ = ["BY_TURN", "Config", "StoreResult", "run_suite"]
 BY_TURN = "/by_turn"
 
 Log = Callable[[str], None]
+#: Brings an engine's server to its steady state after a phase has written what it
+#: will time (PostgreSQL: ANALYZE; see `_suite.analyze_postgres`).
+Settle = Callable[[], Awaitable[None]]
+
+
+async def _settled() -> None:
+    """Engines with nothing to settle."""
 
 
 @dataclass(frozen=True)
@@ -154,7 +161,7 @@ def _no_gc() -> Iterator[None]:
         gc.collect(1)
 
 
-async def _latency(store: Store, config: Config, result: StoreResult) -> None:
+async def _latency(store: Store, config: Config, result: StoreResult, settle: Settle) -> None:
     # Warm-up: connections, prepared statements and caches, untimed.
     warm = new_session_id("warm")
     await store.create(warm, 10)
@@ -162,18 +169,25 @@ async def _latency(store: Store, config: Config, result: StoreResult) -> None:
     await store.append(warm)
     await store.turn(warm, LAST_EVENTS)
     for size in config.sizes:
-        await _latency_at(store, config, result, size, BULK_BATCH, "")
+        await _latency_at(store, config, result, settle, size, BULK_BATCH, "")
     for size in config.by_turn_sizes:
-        await _latency_at(store, config, result, size, TURN_BATCH, BY_TURN)
+        await _latency_at(store, config, result, settle, size, TURN_BATCH, BY_TURN)
 
 
 async def _latency_at(
-    store: Store, config: Config, result: StoreResult, size: int, batch: int, suffix: str
+    store: Store,
+    config: Config,
+    result: StoreResult,
+    settle: Settle,
+    size: int,
+    batch: int,
+    suffix: str,
 ) -> None:
     """The timed turns on histories of *size* events written *batch* per write."""
     sessions = [new_session_id(f"h{size}") for _ in range(_sessions_per_size(size, config.ops))]
     for session_id in sessions:
         await store.create(session_id, size, batch)
+    await settle()
     samples: dict[str, list[float]] = {
         name: [] for name in ("turn_full", "read_full", "append", "turn_last", "read_last")
     }
@@ -200,10 +214,11 @@ async def _latency_at(
         result.add_latency(name + suffix, size, values)
 
 
-async def _throughput(store: Store, config: Config, result: StoreResult) -> None:
+async def _throughput(store: Store, config: Config, result: StoreResult, settle: Settle) -> None:
     sessions = [new_session_id("tp") for _ in range(config.throughput_sessions)]
     for session_id in sessions:
         await store.create(session_id, 0)
+    await settle()
     latencies: list[float] = []
 
     async def agent(session_id: str) -> None:
@@ -223,9 +238,10 @@ async def _throughput(store: Store, config: Config, result: StoreResult) -> None
     result.throughput.setdefault("p95_ms", []).append(_percentile(latencies, 0.95) * 1e3)
 
 
-async def _contention(store: Store, config: Config, result: StoreResult) -> None:
+async def _contention(store: Store, config: Config, result: StoreResult, settle: Settle) -> None:
     session_id = new_session_id("rmw")
     await store.create(session_id, 0)
+    await settle()
     retries: list[int] = []
 
     async def writer() -> None:
@@ -254,7 +270,9 @@ def _short(exc: BaseException) -> str:
     return text if len(text) <= 200 else text[:197] + "..."
 
 
-async def _one_round(store: Store, config: Config, result: StoreResult, first: bool) -> None:
+async def _one_round(
+    store: Store, config: Config, result: StoreResult, first: bool, settle: Settle
+) -> None:
     """One round of one store. A phase that fails is recorded and not run again; the
     other phases still are (a peer that breaks under concurrency still has latencies)."""
     await store.open()
@@ -265,7 +283,7 @@ async def _one_round(store: Store, config: Config, result: StoreResult, first: b
             if name in result.phase_errors:
                 continue
             try:
-                await asyncio.wait_for(phase(store, config, result), config.phase_timeout)
+                await asyncio.wait_for(phase(store, config, result, settle), config.phase_timeout)
             except StoreUnavailable:
                 raise
             except Exception as exc:
@@ -279,11 +297,13 @@ async def run_suite(
     factories: Sequence[Callable[[], Store]],
     config: Config,
     log: Log | None = None,
+    settle: Mapping[str, Settle] | None = None,
 ) -> list[StoreResult]:
     """Run every store for ``config.rounds`` rounds; a store that fails is dropped.
 
     A factory builds a fresh store each round (a new schema / prefix / file), so no
-    round reads what an earlier one left behind.
+    round reads what an earlier one left behind. *settle* maps an engine to what every
+    store on it runs, untimed, between writing a phase's sessions and timing them.
     """
     say = log or (lambda line: print(line, file=sys.stderr, flush=True))
     probes = [factory() for factory in factories]
@@ -298,7 +318,13 @@ async def run_suite(
             store = factories[index]()
             started = time.perf_counter()
             try:
-                await _one_round(store, config, result, first=round_no == 0)
+                await _one_round(
+                    store,
+                    config,
+                    result,
+                    first=round_no == 0,
+                    settle=(settle or {}).get(store.engine, _settled),
+                )
             except StoreUnavailable as exc:
                 result.error = f"unavailable: {exc}"
             except Exception as exc:  # a broken store must not stop the others

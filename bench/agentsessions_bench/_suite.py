@@ -35,6 +35,7 @@ from ._peers import (
     SdkSqlAlchemyStore,
     SdkSqliteStore,
 )
+from ._runner import Settle
 from ._store import Store
 
 __all__ = ["ENGINES", "Plan", "plan_for_url", "plan_suite"]
@@ -72,6 +73,8 @@ class Plan:
     servers: dict[str, str] = field(default_factory=dict)
     #: engine -> a URL for our store (the instrumentation case connects its own).
     urls: dict[str, str] = field(default_factory=dict)
+    #: engine -> what runs between writing a phase's sessions and timing them.
+    settle: dict[str, Settle] = field(default_factory=dict)
 
 
 def _backend_ready(engine: str) -> str | None:
@@ -98,6 +101,26 @@ async def _create_pg_database(url: str, name: str) -> None:
     conn = await asyncpg.connect(url)
     try:
         await conn.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await conn.close()
+
+
+async def analyze_postgres(url: str) -> None:
+    """ANALYZE the database of *url*: every store's tables, as autovacuum would.
+
+    The stores' tables start empty in each run and fill or empty within seconds, well
+    inside autovacuum's pace (it wakes once a minute by default). A connection that
+    has run a prepared statement five times keeps the generic plan made then, and a
+    plan made while a table held a few rows scans it whole, long after it holds
+    thousands: until an ANALYZE invalidates it. A store that has been up for a while
+    has had that ANALYZE; the bench times that state, the same way for every store on
+    the server (pgbench vacuums before each run for the same reason).
+    """
+    import asyncpg  # type: ignore[import-untyped,unused-ignore]
+
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute("ANALYZE")
     finally:
         await conn.close()
 
@@ -157,6 +180,7 @@ async def plan_suite(
                     continue
                 cleanups.append(functools.partial(_drop_pg_database, where, database))
                 where = _with_database(where, database)
+                plan.settle[engine] = functools.partial(analyze_postgres, where)
             if engine == "mongo":
                 database = f"agentsessions_bench_{run_id}"
                 cleanups.append(functools.partial(_drop_mongo_database, where, database))
@@ -269,6 +293,8 @@ async def plan_for_url(url: str, *, peers: bool = False) -> AsyncIterator[Plan]:
 
     try:
         plan.factories.append(lambda: OurStore(url))
+        if engine == "postgres":
+            plan.settle[engine] = functools.partial(analyze_postgres, _driver_url(url))
         if engine in _SCHEMES:
             if engine == "sqlite":
                 plan.factories.append(lambda: floor_for("sqlite", sqlite_file("floor")))

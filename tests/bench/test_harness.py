@@ -61,6 +61,36 @@ async def test_turns_write_what_they_claim() -> None:
         await store.close()
 
 
+async def test_settle_runs_for_its_engine_after_each_phase_has_written_before_it_is_timed() -> None:
+    events: list[tuple[str, int]] = []
+
+    class Watched(MemoryFloor):
+        async def create(self, session_id: str, history: int, batch: int = 200) -> None:
+            await super().create(session_id, history, batch)
+            events.append(("create", len(self._events)))
+
+        async def turn(self, session_id: str, last: int | None) -> float:
+            events.append(("turn", len(self._events)))
+            return await super().turn(session_id, last)
+
+    class Elsewhere(MemoryFloor):
+        engine = "sqlite"
+
+    async def settle() -> None:
+        events.append(("settle", 0))
+
+    config = dataclasses.replace(TINY, rounds=1)
+    await bench.run_suite([Watched, Elsewhere], config, settle={"memory": settle})
+    kinds = [kind for kind, _ in events]
+    # Once per latency size and once before throughput and contention each, for the
+    # memory store only; each right after that phase's sessions were written and (but
+    # for contention, whose turns are not `turn`) right before its first timed turn.
+    settles = [index for index, kind in enumerate(kinds) if kind == "settle"]
+    assert len(settles) == len(config.sizes) + 2
+    assert all(kinds[index - 1] == "create" for index in settles)
+    assert all(kinds[index + 1] == "turn" for index in settles[:-1])
+
+
 async def test_a_failing_store_is_reported_not_fatal() -> None:
     class Broken(MemoryFloor):
         async def turn(self, session_id: str, last: int | None) -> float:

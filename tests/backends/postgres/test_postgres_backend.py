@@ -26,7 +26,7 @@ from agentsessions import (
 )
 from agentsessions_postgres import PostgresOptions, PostgresSessionManager
 from agentsessions_postgres import _manager as manager_module
-from agentsessions_postgres._schema import LATEST_VERSION, quote_ident
+from agentsessions_postgres._schema import LATEST_VERSION, quote_ident, statements
 from agentsessions_testservers import free_port
 
 pytestmark = pytest.mark.postgres
@@ -357,6 +357,51 @@ async def test_purge_deletes_expired_sessions_in_batches_and_keeps_live_ones(
         f"SELECT count(*) FROM {quote_ident(schema)}.agentsessions_events"
     )
     assert events == 0
+
+
+def _plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    """*plan* and every node below it (EXPLAIN's JSON form)."""
+    found = [plan]
+    for child in plan.get("Plans", []):
+        found += _plan_nodes(child)
+    return found
+
+
+async def test_a_purge_batch_locks_once_and_deletes_at_most_a_batch_on_a_generic_plan(
+    schema_url: str, admin: asyncpg.Connection[Any], schema: str
+) -> None:
+    """The purge statement's generic plan, made while the statistics say the table is
+    nearly empty (as a long-lived connection's cached plan can be), must still run the
+    locking scan once and delete one batch: joined back on the key, such a plan ran it
+    once per expired row, deleted them all in one statement, and took quadratic time."""
+    table = f"{quote_ident(schema)}.agentsessions_sessions"
+    async with pg(schema_url) as manager:
+        for index in range(300):
+            await manager.create(f"gone-{index:03d}")
+    await admin.execute(f"DELETE FROM {table}")
+    await admin.execute(f"ANALYZE {table}")  # statistics: an empty table
+    async with pg(schema_url, ttl=60) as manager:
+        for index in range(300):
+            await manager.create(f"doomed-{index:03d}")
+    sql = statements(schema).purge_batch
+    later = datetime.now(timezone.utc) + timedelta(hours=1)
+    transaction = admin.transaction()
+    await transaction.start()
+    try:  # EXPLAIN ANALYZE runs the delete: rolled back below
+        await admin.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        await admin.execute(f"PREPARE purge_probe(text, timestamptz, int) AS {sql}")
+        explained = await admin.fetchval(
+            f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE purge_probe('', '{later.isoformat()}', 50)"
+        )
+    finally:
+        await transaction.rollback()
+        await admin.execute("DEALLOCATE ALL")
+    nodes = _plan_nodes(json.loads(explained)[0]["Plan"])
+    locks = [node for node in nodes if node["Node Type"] == "LockRows"]
+    assert locks and all(node["Actual Loops"] == 1 for node in locks), nodes
+    (delete,) = [node for node in nodes if node.get("Operation") == "Delete"]
+    assert delete["Actual Rows"] == 50
+    assert await admin.fetchval(f"SELECT count(*) FROM {table}") == 300
 
 
 async def test_delete_user_removes_events_too(
