@@ -455,6 +455,53 @@ async def test_create_over_expired_and_purge_reclaim_events(
     assert await raw_positions(raw_db, kept, "live") == [0]
 
 
+async def test_delete_user_and_purge_erase_every_batch_with_its_events(
+    make_manager: ManagerFactory, raw_db: RawDb, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentsessions_mongo import _erasure
+
+    monkeypatch.setattr(_erasure, "_BATCH", 3)  # 8 sessions: three rounds each
+    clock = FrozenClock()
+    manager = await make_manager(ttl=60, clock=clock)
+    for name in ("mine", "doomed"):
+        for index in range(8):
+            session = await manager.create(f"{name}-{index}", name)
+            session.add_event("user", "x")
+            await manager.save(session)
+    await manager.create("other-user", "someone")
+    assert await manager.delete_user("mine") == 8
+    page = await manager.list_sessions(limit=100)
+    assert sorted(info.session_id for info in page.items) == sorted(
+        [f"doomed-{index}" for index in range(8)] + ["other-user"]
+    )
+    clock.advance(61)
+    assert await manager.purge_expired() == 9
+    assert await raw_db[collections(manager)[1]].count_documents({}) == 0
+
+
+async def test_the_lives_filter_matches_those_lives_and_no_other_life_of_their_ids(
+    mongo: MongoSessionManager, raw_db: RawDb
+) -> None:
+    from agentsessions_mongo._erasure import lives_filter
+    from bson import ObjectId
+
+    old, new, other = ObjectId(), ObjectId(), ObjectId()
+    events = raw_db[collections(mongo)[1]]
+    await events.insert_many(
+        [
+            {"session": "a", "incarnation": old, "gen": old, "pos": 0},
+            # "a" deleted and re-created: its new life must survive
+            {"session": "a", "incarnation": new, "gen": new, "pos": 0},
+            {"session": "b", "incarnation": other, "gen": other, "pos": 0},
+            {"session": "c", "incarnation": ObjectId(), "gen": ObjectId(), "pos": 0},
+        ]
+    )
+    result = await events.delete_many(lives_filter("session", [("a", old), ("b", other)]))
+    assert result.deleted_count == 2
+    left = [(doc["session"], doc["incarnation"]) async for doc in events.find({}).sort("session")]
+    assert [session for session, _ in left] == ["a", "c"] and left[0][1] == new
+
+
 async def test_a_stale_ttl_monitor_never_takes_a_restored_session(
     mongo: MongoSessionManager, raw_db: RawDb, monkeypatch: pytest.MonkeyPatch
 ) -> None:

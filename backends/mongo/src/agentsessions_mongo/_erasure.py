@@ -22,7 +22,25 @@ from ._layout import Link, expired_filter, is_expired
 __all__ = ["delete_session", "delete_user", "forget_lives", "purge_expired"]
 
 Doc = dict[str, Any]
-_BATCH = 500
+# Sessions erased per round of statements. Kept small because a server may match
+# ``$in`` by scanning its list for every candidate document (SecantusDB does), which
+# makes one batch cost its size squared; MongoDB's own cost barely changes with it.
+_BATCH = 100
+
+
+def lives_filter(key: str, lives: list[tuple[str, Any]]) -> Doc:
+    """Matches the documents of these (session id, incarnation) lives; *key* is the
+    field holding the session id ("_id" in sessions, "session" elsewhere).
+
+    Two ``$in`` lists, not an ``$or`` of pairs: an ``$or`` clause per life costs a
+    server that tests each clause per candidate document a time quadratic in the batch.
+    The lists match no other life: an incarnation is an ObjectId drawn when its life
+    was created, so it belongs to that one session id and no other.
+    """
+    return {
+        key: {"$in": list({session for session, _ in lives})},
+        "incarnation": {"$in": list({incarnation for _, incarnation in lives})},
+    }
 
 
 async def forget_lives(link: Link, query: Doc) -> None:
@@ -80,9 +98,7 @@ async def delete_user(
         for group in (live, expired):
             if not group:
                 continue
-            result = await link.sessions.delete_many(
-                {"$or": [{"_id": d["_id"], "incarnation": d["incarnation"]} for d in group]}
-            )
+            result = await link.sessions.delete_many(lives_filter("_id", _lives_of(group)))
             progress += result.deleted_count
             if group is live:
                 deleted += result.deleted_count
@@ -93,11 +109,13 @@ async def delete_user(
             return deleted  # every one changed under us; nothing left to chase
 
 
+def _lives_of(docs: list[Doc]) -> list[tuple[str, Any]]:
+    return [(doc["_id"], doc["incarnation"]) for doc in docs]
+
+
 async def _delete_events_of(link: Link, docs: list[Doc]) -> None:
     if docs:
-        await forget_lives(
-            link, {"$or": [{"session": d["_id"], "incarnation": d["incarnation"]} for d in docs]}
-        )
+        await forget_lives(link, lives_filter("session", _lives_of(docs)))
 
 
 async def purge_expired(link: Link, now: datetime, forget: Callable[[str], None]) -> int:
@@ -119,12 +137,7 @@ async def purge_expired(link: Link, now: datetime, forget: Callable[[str], None]
         if not docs:
             break
         result = await link.sessions.delete_many(
-            {
-                "$or": [
-                    {"_id": d["_id"], "incarnation": d["incarnation"], **expired_filter(now)}
-                    for d in docs
-                ]
-            }
+            {**lives_filter("_id", _lives_of(docs)), **expired_filter(now)}
         )
         purged += result.deleted_count
         for doc in docs:
@@ -151,10 +164,6 @@ async def _delete_orphans_of(link: Link, collection: AsyncCollection[Doc]) -> No
                 {"_id": {"$in": list({session for session, _ in batch})}}, {"incarnation": 1}
             )
         }
-        dead = [
-            {"session": session, "incarnation": incarnation}
-            for session, incarnation in batch
-            if current.get(session) != incarnation
-        ]
+        dead = [(session, life) for session, life in batch if current.get(session) != life]
         if dead:
-            await collection.delete_many({"$or": dead})
+            await collection.delete_many(lives_filter("session", dead))
