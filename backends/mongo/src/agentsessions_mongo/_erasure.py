@@ -17,7 +17,7 @@ from typing import Any
 
 from pymongo.asynchronous.collection import AsyncCollection
 
-from ._layout import Link, expired_filter, is_expired
+from ._layout import Link, expired_filters, is_expired
 
 __all__ = ["delete_session", "delete_user", "forget_lives", "purge_expired"]
 
@@ -128,23 +128,20 @@ async def purge_expired(link: Link, now: datetime, forget: Callable[[str], None]
     collection, so it costs a scan of that collection; run it as periodic upkeep.
     """
     purged = 0
-    while True:
-        docs = (
-            await link.sessions.find(expired_filter(now), {"incarnation": 1})
-            .limit(_BATCH)
-            .to_list(None)
-        )
-        if not docs:
-            break
-        result = await link.sessions.delete_many(
-            {**lives_filter("_id", _lives_of(docs)), **expired_filter(now)}
-        )
-        purged += result.deleted_count
-        for doc in docs:
-            forget(doc["_id"])
-        await _delete_events_of(link, docs)
-        if not result.deleted_count or len(docs) < _BATCH:
-            break
+    for expired in expired_filters(now):
+        while True:
+            docs = await link.sessions.find(expired, {"incarnation": 1}).limit(_BATCH).to_list(None)
+            if not docs:
+                break
+            result = await link.sessions.delete_many(
+                {**lives_filter("_id", _lives_of(docs)), **expired}
+            )
+            purged += result.deleted_count
+            for doc in docs:
+                forget(doc["_id"])
+            await _delete_events_of(link, docs)
+            if not result.deleted_count or len(docs) < _BATCH:
+                break
     await _delete_orphans_of(link, link.events)
     await _delete_orphans_of(link, link.archive)
     return purged
