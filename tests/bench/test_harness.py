@@ -12,7 +12,7 @@ from agentsessions_bench._floors import MemoryFloor
 from agentsessions_bench._ours import OurStore
 from agentsessions_bench._report import evaluate_targets, render_markdown
 from agentsessions_bench._runner import BY_TURN
-from agentsessions_bench._store import TURN_BATCH
+from agentsessions_bench._store import BULK_BATCH, TURN_BATCH
 
 TINY = bench.Config(
     sizes=(0, 7, 30),
@@ -65,7 +65,7 @@ async def test_settle_runs_for_its_engine_after_each_phase_has_written_before_it
     events: list[tuple[str, int]] = []
 
     class Watched(MemoryFloor):
-        async def create(self, session_id: str, history: int, batch: int = 200) -> None:
+        async def create(self, session_id: str, history: int, batch: int = BULK_BATCH) -> None:
             await super().create(session_id, history, batch)
             events.append(("create", len(self._events)))
 

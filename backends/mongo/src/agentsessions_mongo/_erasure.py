@@ -24,7 +24,8 @@ __all__ = ["delete_session", "delete_user", "forget_lives", "purge_expired"]
 Doc = dict[str, Any]
 # Sessions erased per round of statements. Kept small because a server may match
 # ``$in`` by scanning its list for every candidate document (SecantusDB does), which
-# makes one batch cost its size squared; MongoDB's own cost barely changes with it.
+# makes one batch cost its size squared; a smaller batch costs any server only more
+# round trips.
 _BATCH = 100
 
 
