@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 from agentsessions import (
     Event,
     MemorySessionManager,
+    PartialSessionError,
     Session,
     SessionConflictError,
     SessionError,
@@ -269,7 +270,10 @@ def _machine(config: MachineConfig) -> type[RuleBasedStateMachine]:
 
             got, want = config.call(pair())
             what = f"save ({edit}) of {got_copy.session_id!r}"
-            if earlier_life:
+            # An edit that a copy loaded with last_events cannot save is refused by the
+            # manager before any backend sees it, whatever life the copy is of; `_same`
+            # still holds the backend to the model's answer.
+            if earlier_life and want != ("raised", PartialSessionError):
                 assert want == ("raised", SessionConflictError), f"{what}: the model took {want}"
                 assert got[0] == "raised" and issubclass(got[1], SessionConflictError), (
                     f"{what}: a copy of an earlier life of the id, at version "
