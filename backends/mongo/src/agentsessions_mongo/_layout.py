@@ -72,7 +72,6 @@ __all__ = [
     "expiry_date",
     "info_of",
     "PENDING",
-    "expired_filter",
     "expired_filters",
     "is_expired",
     "lineage_of",
@@ -112,14 +111,10 @@ def is_expired(doc: dict[str, Any], now: datetime) -> bool:
     return expires is not None
 
 
-def expired_filter(now: datetime) -> dict[str, Any]:
-    """Matches what `is_expired` says is invisible at *now* (and `live_filter` excludes)."""
-    return {"$or": list(expired_filters(now))}
-
-
 def expired_filters(now: datetime) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The two halves of `expired_filter` (past its expiry; a pending restore), for
-    queries that should take each through the ``expires_at`` index: a server need not
+    """Between them, match what `is_expired` says is invisible at *now* (and
+    `live_filter` excludes): past its expiry, and a pending restore. Two filters, not
+    one ``$or``, so that each query takes the ``expires_at`` index: a server need not
     use an index for an ``$or``, and SecantusDB scans the collection for one."""
     return {"expires_at": {"$lte": now}}, {"expires_at": PENDING}
 
