@@ -95,14 +95,19 @@ def _with_database(url: str, database: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, "/" + database, parts.query, parts.fragment))
 
 
-async def _create_pg_database(url: str, name: str) -> None:
+async def _pg_execute(url: str, statement: str) -> None:
+    """Run one statement on a connection of its own to *url*."""
     import asyncpg  # type: ignore[import-untyped,unused-ignore]
 
     conn = await asyncpg.connect(url)
     try:
-        await conn.execute(f'CREATE DATABASE "{name}"')
+        await conn.execute(statement)
     finally:
         await conn.close()
+
+
+async def _create_pg_database(url: str, name: str) -> None:
+    await _pg_execute(url, f'CREATE DATABASE "{name}"')
 
 
 async def analyze_postgres(url: str) -> None:
@@ -116,23 +121,11 @@ async def analyze_postgres(url: str) -> None:
     has had that ANALYZE; the bench times that state, the same way for every store on
     the server (pgbench vacuums before each run for the same reason).
     """
-    import asyncpg  # type: ignore[import-untyped,unused-ignore]
-
-    conn = await asyncpg.connect(url)
-    try:
-        await conn.execute("ANALYZE")
-    finally:
-        await conn.close()
+    await _pg_execute(url, "ANALYZE")
 
 
 async def _drop_pg_database(url: str, name: str) -> None:
-    import asyncpg  # type: ignore[import-untyped,unused-ignore]
-
-    conn = await asyncpg.connect(url)
-    try:
-        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    finally:
-        await conn.close()
+    await _pg_execute(url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 async def _drop_mongo_database(url: str, name: str) -> None:
