@@ -9,6 +9,7 @@ import sys
 import uuid
 import warnings
 from collections.abc import AsyncIterator, Callable, Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from agentsessions import (
     connect,
 )
 from agentsessions_redis import RedisSessionManager
+from agentsessions_redis import _manager as redis_manager
 from agentsessions_redis._client import split_cluster_url
 from agentsessions_redis._keys import global_member
 from redis.asyncio.connection import Connection
@@ -268,6 +270,58 @@ async def test_one_round_trip_per_save_and_per_load(deployment: Factory, sent: l
     tail = await manager.get("trips", last_events=1)
     assert tail is not None and [event.content for event in tail.events] == ["two"]
     assert sent == [b"EVALSHA", b"EVALSHA"]
+
+
+async def test_a_load_of_more_events_than_the_script_returns_reads_them_in_one_transaction(
+    deployment: Factory, sent: list[bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(redis_manager, "INLINE_EVENTS", 3)
+    manager: RedisSessionManager = await deployment()
+    session = await manager.create("plain")
+    for index in range(5):
+        session.add_event("user", index)
+    await manager.save(session)
+    await manager.get("plain")  # the first call of the script may load it (NOSCRIPT)
+    sent.clear()
+    loaded = await manager.get("plain")
+    assert loaded is not None and [event.content for event in loaded.events] == [0, 1, 2, 3, 4]
+    assert sent == [b"EVALSHA", b"MULTI"]
+    sent.clear()
+    tail = await manager.get("plain", last_events=4)
+    assert tail is not None and [event.content for event in tail.events] == [1, 2, 3, 4]
+    window = await manager.get("plain", last_events=3)
+    assert window is not None and [event.content for event in window.events] == [2, 3, 4]
+    assert sent == [b"EVALSHA", b"MULTI", b"EVALSHA"]
+    # What the plain read loaded saves like any other load: appended, then rewritten.
+    tail.add_event("user", 5)
+    await manager.save(tail)
+    assert loaded.version == 2
+    loaded.events[0] = loaded.events[0].model_copy(update={"content": "first"})
+    with pytest.raises(SessionConflictError):
+        await manager.save(loaded)
+    again = await manager.get("plain")
+    assert again is not None
+    assert [event.content for event in again.events] == [0, 1, 2, 3, 4, 5]
+    assert again.version == 3
+
+
+async def test_the_plain_read_checks_again_that_the_session_is_there_and_live(
+    deployment: Factory,
+) -> None:
+    # The load script found the session; by the time the plain read runs it may have
+    # expired or been deleted, which the read must report as absent like the script.
+    manager: RedisSessionManager = await deployment(ttl=60)
+    session = await manager.create("checked")
+    session.add_event("user", "one")
+    await manager.save(session)
+    keys = manager.keys.session("checked")
+    now = manager.clock.now()
+    live = await manager._load_plainly(keys.hash, keys.events, -1, now)
+    assert live is not None and live.record.version == 2 and len(live.events) == 1
+    later = now + timedelta(seconds=61)
+    assert await manager._load_plainly(keys.hash, keys.events, -1, later) is None
+    assert await manager.delete("checked")
+    assert await manager._load_plainly(keys.hash, keys.events, -1, now) is None
 
 
 async def test_scripts_flushed_from_the_server_are_reloaded(private: RedisSessionManager) -> None:

@@ -1,7 +1,8 @@
 """`RedisSessionManager`: sessions in Redis or a Redis Cluster, one script per operation.
 
 A session is two keys sharing one hash tag (see `_keys`), so each operation on it is
-one server-side script on one node: atomic, and one round trip. The listing indexes
+one server-side script on one node: atomic, and one round trip (a load of thousands
+of events takes a second one, a plain MULTI/EXEC: see `_load_plainly`). The listing indexes
 are sorted sets; on a single server the scripts maintain them in the same atomic
 step, in a cluster they live on other nodes and are maintained right around the
 session write (see README: "Listing in a cluster").
@@ -63,6 +64,11 @@ __all__ = ["RedisSessionManager"]
 
 T = TypeVar("T")
 E = TypeVar("E")
+
+#: The most events the load script returns itself; a load of more reads them with
+#: plain commands (`_scripts.LOAD`). Below it, the script's one round trip costs less
+#: than a second one; above it, copying the list through Lua costs more.
+INLINE_EVENTS = 1000
 
 
 def _demoted(exc: BaseException) -> bool:
@@ -346,11 +352,33 @@ class RedisSessionManager(SessionManager):
     ) -> LoadedSession | None:
         keys = self.keys.session(session_id)
         wanted = -1 if last_events is None else last_events
-        result = await self._link.load([keys.hash, keys.events], [to_micros(now), wanted])
+        result = await self._link.load(
+            [keys.hash, keys.events], [to_micros(now), wanted, INLINE_EVENTS]
+        )
         if result is None:
             return None
-        fields, texts = result
-        return LoadedSession(_loaded_record(fields), decode_events(texts))
+        if len(result) == 2:
+            fields, texts = result
+            return LoadedSession(_loaded_record(fields), decode_events(texts))
+        return await self._load_plainly(keys.hash, keys.events, wanted, now)
+
+    async def _load_plainly(
+        self, hash_key: str, events_key: str, wanted: int, now: datetime
+    ) -> LoadedSession | None:
+        """The record and the *wanted* newest events (-1: all) in one MULTI/EXEC.
+
+        For more events than `INLINE_EVENTS`: the load script said so, and the session
+        may have changed, expired or gone since, so the record is read again with the
+        events, atomically, and checked here as the script would.
+        """
+        async with self.client.pipeline(transaction=True) as pipe:
+            pipe.hmget(hash_key, _scripts.HASH_FIELDS)
+            pipe.lrange(events_key, 0 if wanted < 0 else -wanted, -1)
+            fields, texts = await pipe.execute()
+        expires = fields[6]
+        if fields[0] is None or (expires is not None and int(expires) <= to_micros(now)):
+            return None
+        return LoadedSession(_record(fields), decode_events(texts))
 
     async def _load_since(
         self, session_id: str, event_count: int, lineage: str, now: datetime

@@ -36,24 +36,29 @@ HASH_FIELDS = ("id", "u", "s", "v", "c", "m", "x", "n", "l")
 # lineage saves without touching it; the version then no longer matches and the
 # lineage reads as unknown (""), so such a save can never pass for an append.
 
-# KEYS: hash, events. ARGV: now (us), how many newest events (-1: all).
+# KEYS: hash, events. ARGV: now (us), how many newest events (-1: all), the most
+# events the script returns itself.
 # Returns nil if absent or expired, else {HMGET of HASH_FIELDS as one JSON array (false
 # for a missing field), event texts}. One string instead of nine: redis-py parses
 # replies in Python, element by element, and the record is read on every load.
+# When more events are wanted than the script returns itself, only {record}: the
+# caller reads them with plain commands instead (see SessionManager._load), because
+# an LRANGE inside a script is copied through a Lua table twice. ``n`` is the list's
+# length, as SAVE relies on too.
 LOAD = """
 local rec = redis.call('HMGET', KEYS[1], 'id', 'u', 's', 'v', 'c', 'm', 'x', 'n', 'l')
 if not rec[1] then return false end
 if rec[7] and tonumber(rec[7]) <= tonumber(ARGV[1]) then return false end
 local last = tonumber(ARGV[2])
-local events
+if last == 0 then return {cjson.encode(rec), {}} end
+local stored = tonumber(rec[8])
+local wanted = stored
+if last > 0 and last < stored then wanted = last end
+if wanted > tonumber(ARGV[3]) then return {cjson.encode(rec)} end
 if last < 0 then
-  events = redis.call('LRANGE', KEYS[2], 0, -1)
-elseif last == 0 then
-  events = {}
-else
-  events = redis.call('LRANGE', KEYS[2], -last, -1)
+  return {cjson.encode(rec), redis.call('LRANGE', KEYS[2], 0, -1)}
 end
-return {cjson.encode(rec), events}
+return {cjson.encode(rec), redis.call('LRANGE', KEYS[2], -last, -1)}
 """
 
 # KEYS: hash, events. ARGV: now (us), the caller's event count, its lineage.
