@@ -302,7 +302,7 @@ def render_markdown(results: dict[str, Any], plots: dict[str, str] | None = None
         f"median over rounds of the per-round median. Latency: {config['ops']} timed turns "
         "per history size per round, milliseconds. Throughput: "
         f"{config['throughput_sessions']} sessions x {config['throughput_turns']} turns "
-        f"concurrently. Contention: {config['writers']} writers x "
+        f"concurrently, {_bursts(config)}. Contention: {config['writers']} writers x "
         f"{config['updates_per_writer']} read-modify-write turns on one session.",
     ]
     stores: list[dict[str, Any]] = results["stores"]
@@ -459,3 +459,11 @@ def write_plots(results: dict[str, Any], directory: Path) -> dict[str, Path]:
         plt.close(fig)
         written[engine] = path
     return written
+
+
+def _bursts(config: dict[str, Any]) -> str:
+    """How a round's throughput was sampled (results written before bursts had one)."""
+    bursts = int(config.get("throughput_bursts", 1))
+    if bursts == 1:
+        return "one burst per round"
+    return f"the median of {bursts} bursts on fresh sessions per round"

@@ -5,9 +5,11 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import agentsessions_bench as bench
 import pytest
+from agentsessions_bench import _runner as runner
 from agentsessions_bench._floors import MemoryFloor
 from agentsessions_bench._ours import OurStore
 from agentsessions_bench._report import evaluate_targets, render_markdown
@@ -82,13 +84,54 @@ async def test_settle_runs_for_its_engine_after_each_phase_has_written_before_it
     config = dataclasses.replace(TINY, rounds=1)
     await bench.run_suite([Watched, Elsewhere], config, settle={"memory": settle})
     kinds = [kind for kind, _ in events]
-    # Once per latency size and once before throughput and contention each, for the
+    # Once per latency size, per throughput burst and before contention, for the
     # memory store only; each right after that phase's sessions were written and (but
     # for contention, whose turns are not `turn`) right before its first timed turn.
     settles = [index for index, kind in enumerate(kinds) if kind == "settle"]
-    assert len(settles) == len(config.sizes) + 2
+    assert len(settles) == len(config.sizes) + config.throughput_bursts + 1
     assert all(kinds[index - 1] == "create" for index in settles)
     assert all(kinds[index + 1] == "turn" for index in settles[:-1])
+
+
+async def test_throughput_runs_its_bursts_on_fresh_sessions_and_keeps_their_median(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    turned: dict[str, int] = {}
+    bursts = iter([3.0, 1.0, 2.0])  # seconds each burst appears to take
+
+    class Counted(MemoryFloor):
+        async def turn(self, session_id: str, last: int | None) -> float:
+            if session_id.startswith("tp-"):
+                turned[session_id] = turned.get(session_id, 0) + 1
+            return await super().turn(session_id, last)
+
+    clock = {"now": 0.0, "in_burst": False}
+    real_gather = runner.asyncio.gather
+
+    async def timed_gather(*calls: Any) -> list[Any]:
+        # The burst's own gather: its elapsed time is the next of `bursts`.
+        done: list[Any] = await real_gather(*calls)
+        clock["now"] += next(bursts)
+        return done
+
+    def fake_counter() -> float:
+        return clock["now"]
+
+    config = dataclasses.replace(TINY, rounds=1, throughput_bursts=3)
+    store = Counted()
+    result = runner.StoreResult("x", "x", "memory", "floor")
+    monkeypatch.setattr(runner.asyncio, "gather", timed_gather)
+    monkeypatch.setattr(runner.time, "perf_counter", fake_counter)
+    await store.open()
+    await runner._throughput(store, config, result, runner._settled)
+    await store.close()
+    sessions = config.throughput_sessions
+    assert len(turned) == 3 * sessions  # fresh sessions for every burst
+    assert set(turned.values()) == {config.throughput_turns}
+    turns = sessions * config.throughput_turns
+    # Bursts of 3, 1 and 2 s: the median rate is that of the 2 s burst, one figure a round.
+    assert result.throughput["turns_per_s"] == [turns / 2.0]
+    assert len(result.throughput["p95_ms"]) == 1
 
 
 async def test_a_failing_store_is_reported_not_fatal() -> None:
