@@ -43,8 +43,8 @@ HASH_FIELDS = ("id", "u", "s", "v", "c", "m", "x", "n", "l")
 # replies in Python, element by element, and the record is read on every load.
 # When more events are wanted than the script returns itself, only {record}: the
 # caller reads them with plain commands instead (see SessionManager._load), because
-# an LRANGE inside a script is copied through a Lua table twice. ``n`` is the list's
-# length, as SAVE relies on too.
+# an LRANGE inside a script becomes a Lua table and then a reply again. ``n`` is the
+# list's length (every script writes both together), as in SAVE.
 LOAD = """
 local rec = redis.call('HMGET', KEYS[1], 'id', 'u', 's', 'v', 'c', 'm', 'x', 'n', 'l')
 if not rec[1] then return false end
