@@ -1,8 +1,9 @@
 """`RedisSessionManager`: sessions in Redis or a Redis Cluster, one script per operation.
 
 A session is two keys sharing one hash tag (see `_keys`), so each operation on it is
-one server-side script on one node: atomic, and one round trip (a load of thousands
-of events takes a second one, a plain MULTI/EXEC: see `_load_plainly`). The listing indexes
+one server-side script on one node: atomic, and one round trip (on a single server, a
+load of thousands of events takes a second one, a plain MULTI/EXEC: see
+`_load_plainly`). The listing indexes
 are sorted sets; on a single server the scripts maintain them in the same atomic
 step, in a cluster they live on other nodes and are maintained right around the
 session write (see README: "Listing in a cluster").
@@ -65,9 +66,11 @@ __all__ = ["RedisSessionManager"]
 T = TypeVar("T")
 E = TypeVar("E")
 
-#: The most events the load script returns itself; a load of more reads them with
-#: plain commands (`_scripts.LOAD`). Below it, the script's one round trip costs less
-#: than a second one; above it, copying the list through Lua costs more.
+#: The most events the load script returns itself on a single server; a load of more
+#: reads them with plain commands (`_scripts.LOAD`). Below it, the script's one round
+#: trip costs less than a second one; above it, copying the list through Lua costs more.
+#: In a cluster the script returns them all: the oldest redis-py this backend supports
+#: has no transactions in cluster pipelines.
 INLINE_EVENTS = 1000
 
 
@@ -352,9 +355,8 @@ class RedisSessionManager(SessionManager):
     ) -> LoadedSession | None:
         keys = self.keys.session(session_id)
         wanted = -1 if last_events is None else last_events
-        result = await self._link.load(
-            [keys.hash, keys.events], [to_micros(now), wanted, INLINE_EVENTS]
-        )
+        inline = -1 if self.cluster else INLINE_EVENTS
+        result = await self._link.load([keys.hash, keys.events], [to_micros(now), wanted, inline])
         if result is None:
             return None
         if len(result) == 2:
@@ -367,9 +369,10 @@ class RedisSessionManager(SessionManager):
     ) -> LoadedSession | None:
         """The record and the *wanted* newest events (-1: all) in one MULTI/EXEC.
 
-        For more events than `INLINE_EVENTS`: the load script said so, and the session
-        may have changed, expired or gone since, so the record is read again with the
-        events, atomically, and checked here as the script would.
+        For more events than `INLINE_EVENTS`, on a single server (never in a cluster, see
+        `INLINE_EVENTS`): the load script said so, and the session may have changed,
+        expired or gone since, so the record is read again with the events, atomically,
+        and checked here as the script would.
         """
         async with self.client.pipeline(transaction=True) as pipe:
             pipe.hmget(hash_key, _scripts.HASH_FIELDS)

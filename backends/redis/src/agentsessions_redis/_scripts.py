@@ -37,7 +37,7 @@ HASH_FIELDS = ("id", "u", "s", "v", "c", "m", "x", "n", "l")
 # lineage reads as unknown (""), so such a save can never pass for an append.
 
 # KEYS: hash, events. ARGV: now (us), how many newest events (-1: all), the most
-# events the script returns itself.
+# events the script returns itself (-1: no limit).
 # Returns nil if absent or expired, else {HMGET of HASH_FIELDS as one JSON array (false
 # for a missing field), event texts}. One string instead of nine: redis-py parses
 # replies in Python, element by element, and the record is read on every load.
@@ -54,7 +54,8 @@ if last == 0 then return {cjson.encode(rec), {}} end
 local stored = tonumber(rec[8])
 local wanted = stored
 if last > 0 and last < stored then wanted = last end
-if wanted > tonumber(ARGV[3]) then return {cjson.encode(rec)} end
+local limit = tonumber(ARGV[3])
+if limit >= 0 and wanted > limit then return {cjson.encode(rec)} end
 if last < 0 then
   return {cjson.encode(rec), redis.call('LRANGE', KEYS[2], 0, -1)}
 end
