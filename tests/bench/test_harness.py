@@ -105,7 +105,7 @@ async def test_throughput_runs_its_bursts_on_fresh_sessions_and_keeps_their_medi
                 turned[session_id] = turned.get(session_id, 0) + 1
             return await super().turn(session_id, last)
 
-    clock = {"now": 0.0, "in_burst": False}
+    clock = {"now": 0.0}
     real_gather = runner.asyncio.gather
 
     async def timed_gather(*calls: Any) -> list[Any]:
