@@ -46,7 +46,10 @@ from ._errors import (
     SessionError,
 )
 from ._models import Session
+from ._retry import backoff
+from ._saving import save_until_answered
 from ._tracking import mark_loaded
+from ._updating import copy_to_update, update_alone
 
 if TYPE_CHECKING:
     from ._manager import SessionManager
@@ -110,7 +113,7 @@ async def grouped_update(
     loop = asyncio.get_running_loop()
     key: Hashable = (loop, session_id, user_id, create, last_events)
     if key in _APPLYING.get():
-        return await manager._update_alone(session_id, fn, user_id, create, retries, last_events)
+        return await update_alone(manager, session_id, fn, user_id, create, retries, last_events)
     lanes = manager._lanes
     mine = _Call(fn, retries)
     lane = lanes.get(key)
@@ -207,7 +210,7 @@ async def _lead(
         while True:
             # A fresh copy: after a first attempt, what changed since the one held (its
             # tracking still has the stored events, whatever the functions did to it).
-            session = await manager._copy_to_update(session_id, held, user_id, create, last_events)
+            session = await copy_to_update(manager, session_id, held, user_id, create, last_events)
             held = session._loaded
             # A caller that gave up waiting (its deadline, a cancellation) before its
             # change was sent: it is dropped, so it is not stored.
@@ -222,7 +225,7 @@ async def _lead(
                 continue
             sending = True
             try:
-                await manager._save_until_answered(session)
+                await save_until_answered(manager, session)
             except SessionConflictError as exc:
                 sending = False
                 for call in [*group]:
@@ -234,7 +237,7 @@ async def _lead(
                 if mine.conflicts > mine.retries:
                     _log.retries_exhausted(manager, mine.retries)
                     raise
-                await _backoff(attempt)
+                await backoff(attempt)
                 attempt += 1
                 _join(lane, group)
                 continue
@@ -278,12 +281,6 @@ async def _lead(
             # Nothing of theirs was sent: the next leader applies them afresh.
             lane.waiting.extendleft(reversed(others))
         raise
-
-
-async def _backoff(attempt: int) -> None:
-    from ._manager import backoff  # the manager's module imports this one
-
-    await backoff(attempt)
 
 
 def _stored_copy(session: Session) -> Session:

@@ -41,6 +41,7 @@ from ._manager import DEFAULT_UPDATE_RETRIES, ManagerOptions, SessionManager, ba
 from ._models import Event, Session, SessionPage
 from ._records import Capabilities
 from ._registry import connect as connect_async
+from ._saving import save_until_answered
 
 __all__ = ["SyncSessionManager", "connect"]
 
@@ -293,7 +294,7 @@ class SyncSessionManager:
             if inspect.iscoroutine(result):
                 self._run(result)
             try:
-                self._run(self._manager._save_until_answered(session))
+                self._run(save_until_answered(self._manager, session))
             except SessionConflictError:
                 if attempt >= retries:
                     raise

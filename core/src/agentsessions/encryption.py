@@ -50,6 +50,7 @@ except ImportError as exc:  # pragma: no cover - exercised by installs without t
 from ._errors import InvalidOptionError, SessionDecryptionError
 from ._models import Event
 from ._records import decode_events, to_micros
+from ._rekey import rekey_session
 from ._sealed import MARKER
 from ._sealed import envelope_of as _envelope_of
 from ._sealed import envelope_of_text as _envelope_of_text
@@ -500,7 +501,7 @@ async def rekey(
     async def one(session_id: str) -> None:
         nonlocal done
         async with gate:
-            outcome = await manager._rekey_session(session_id, retries)
+            outcome = await rekey_session(manager, session_id, retries)
         counts[outcome] += 1
         done += 1
         if progress is not None:

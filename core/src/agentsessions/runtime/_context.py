@@ -39,6 +39,7 @@ from .._errors import (
 )
 from .._manager import SessionManager, backoff
 from .._models import Event, EventsAndState, Session
+from .._reading import reload
 from ._approval import (
     PENDING_CALLS_KEY,
     Approval,
@@ -383,8 +384,8 @@ class ExecutionContext(EventsAndState):
         held = ours._loaded  # what the store held when our save was built
         for attempt in range(MERGE_RETRIES):
             # Only what changed since the copy we hold is read, when that is safe.
-            fresh = await self._manager._reload(
-                ours.session_id, held, self._user_id, self._last_events
+            fresh = await reload(
+                self._manager, ours.session_id, held, self._user_id, self._last_events
             )
             if fresh is None:
                 # Deleted meanwhile: re-creating it would resurrect what the user erased.

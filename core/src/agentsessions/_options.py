@@ -1,0 +1,82 @@
+"""`ManagerOptions`, the options every backend accepts, and the bounds of their values."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "MAX_POOL_SIZE",
+    "MAX_TIMEOUT",
+    "MAX_TTL",
+    "ManagerOptions",
+    "PoolSize",
+    "SchemaTooNewError",
+    "Timeout",
+]
+
+#: Seconds every call may take end to end, unless the ``timeout`` option says otherwise.
+DEFAULT_TIMEOUT = 10.0
+#: The longest ``ttl``: a century (``None`` means sessions never expire).
+MAX_TTL = 100 * 365 * 24 * 3600
+#: The longest timeout option (one day), far below what any driver's milliseconds take.
+MAX_TIMEOUT = 24 * 3600
+#: The largest connection pool option.
+MAX_POOL_SIZE = 10_000
+
+
+class SchemaTooNewError(Exception):
+    """Raised by a backend's migration: the store holds a schema from a newer release.
+
+    The base class turns it into a `BackendUnavailableError` telling the user to upgrade
+    the backend's distribution (older code could corrupt such a store). *where* names
+    the store ("the database", "schema 'app'").
+    """
+
+    def __init__(self, found: int, known: int, where: str = "the database") -> None:
+        super().__init__(found, known, where)
+        self.found, self.known, self.where = found, known, where
+
+
+#: A timeout option: finite seconds, more than 0, at most `MAX_TIMEOUT`.
+Timeout = Annotated[float, Field(gt=0, le=MAX_TIMEOUT, allow_inf_nan=False)]
+#: A connection pool size option: 1 to `MAX_POOL_SIZE`.
+PoolSize = Annotated[int, Field(ge=1, le=MAX_POOL_SIZE)]
+
+
+class ManagerOptions(BaseModel):
+    """Options every backend accepts; a backend extends this with its own fields.
+
+    Every field is range-checked (finite, positive where it must be, bounded), so a
+    value that would fail at first use fails at `connect()`, naming the option.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    ttl: float | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_TTL,
+        allow_inf_nan=False,
+        description="seconds of inactivity after which a session expires",
+    )
+    namespace: str = Field(
+        default="",
+        max_length=48,
+        pattern=r"^[A-Za-z0-9_]*$",
+        description="isolates applications that share one server",
+    )
+    timeout: float = Field(
+        default=DEFAULT_TIMEOUT,
+        gt=0,
+        le=3600,
+        description="seconds any one call may take end to end (connecting, waiting for a "
+        "pooled connection and retries included) before it raises BackendTimeoutError",
+    )
+
+    def bounded(self, seconds: float | None) -> float:
+        """*seconds* for one driver wait (connect, reply), or the ``timeout`` when None;
+        never longer than the ``timeout``, which bounds the whole call anyway."""
+        return self.timeout if seconds is None else min(seconds, self.timeout)
