@@ -92,9 +92,9 @@ async def test_automatic_compaction_after_a_turn(manager: SessionManager) -> Non
     snapshots: list[int] = []
     snapshot = session._get_compaction_snapshot
 
-    async def counted(limit: int) -> Any:
+    async def counted(limit: int, **kwargs: Any) -> Any:
         snapshots.append(limit)
-        return await snapshot(limit)
+        return await snapshot(limit, **kwargs)
 
     session._get_compaction_snapshot = counted  # type: ignore[method-assign]
     client = FakeClient()

@@ -12,6 +12,7 @@ is what is tested, on every backend.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import time
@@ -484,3 +485,43 @@ async def test_a_replacement_write_that_fails_leaves_the_history_as_it_was(
         ("user", "hi"),
         ("assistant", "hello"),
     ]
+
+
+@pytest.mark.parametrize("nesting", NESTINGS)
+async def test_a_backend_without_compaction_still_replaces_in_one_write(
+    manager: SessionManager, nesting: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A third-party backend that cannot compact: the replacement is a full rewrite of
+    # the session at the version read, never the SDK's clear followed by an add.
+    monkeypatch.setattr(
+        manager, "capabilities", dataclasses.replace(manager.capabilities, compaction=False)
+    )
+
+    async def refused(*args: Any, **kwargs: Any) -> None:
+        raise NotImplementedError("this backend cannot compact")
+
+    monkeypatch.setattr(manager, "compact", refused)
+    automatic = True
+    stack = Stack(nesting, AgentSessionsSession("conv", manager), trigger=lambda _: automatic)
+    seen_at_compact: list[tuple[int, list[Any]]] = []
+
+    async def look() -> None:
+        seen_at_compact.append(await _stored(manager, "conv"))
+
+    stack.client.responses.during = look
+    agent, _ = _agent("hello", "again")
+    await Runner.run(agent, "hi", session=stack.top, run_config=NO_TRACING)
+    assert [text_of(item) for item in await stack.top.get_items()] == [("assistant", SUMMARY_TEXT)]
+    # The manual compaction (the SDK's whole-history replacement) too.
+    automatic = False
+    await Runner.run(agent, "next", session=stack.top, run_config=NO_TRACING)
+    seen_at_compact.clear()
+    await stack.top.run_compaction({"force": True})
+    assert [text_of(item) for item in await stack.top.get_items()] == [("assistant", SUMMARY_TEXT)]
+    [(version_then, items_then)] = seen_at_compact
+    assert len(items_then) == 3
+    version, _ = await _stored(manager, "conv")
+    if nesting != "encrypted-inside":
+        # (Under the compaction wrapper, EncryptedSession has no whole-history hook of
+        # its own, and the SDK looks that one up on the type: it clears and adds.)
+        assert version == version_then + 1, "the replacement was not one atomic write"
