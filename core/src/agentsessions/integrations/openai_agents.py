@@ -37,11 +37,13 @@ loaded and saves it, one round trip; only if another writer saved in between doe
 load the session's version again.
 
 Under the SDK's ``OpenAIResponsesCompactionSession`` (which calls the Responses API's
-``compact`` after a turn and replaces the stored history with its output) the
-replacement is one atomic write of the store, checked against the version the
-wrapper read: a whole history is replaced with `SessionManager.compact` (at the cost
-of what it replaces), a suffix by a save of the session; if another writer saved
-since the wrapper's read, nothing is replaced and the SDK keeps the history as it is.
+``compact`` after a turn and replaces the stored history with its output), alone or
+with the SDK's ``EncryptedSession`` on either side of it, the replacement is one atomic
+write of the store, checked against the version the wrapper read: a whole history is
+replaced with `SessionManager.compact` (at the cost of what it replaces; a full rewrite
+on a backend without compaction), a suffix by a save of the session, which also drops
+the expired prefix ``EncryptedSession`` asks to prune; if another writer saved since
+the wrapper's read, nothing is replaced and the SDK keeps the history as it is.
 """
 
 from __future__ import annotations
