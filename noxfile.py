@@ -40,6 +40,7 @@ nox.options.sessions = [
     "dist",
     "docs",
     "lowest",
+    "openai_agents",
 ]
 
 SUPPORTED_PYTHONS = ("3.10", "3.11", "3.12", "3.13", "3.14")
@@ -362,6 +363,45 @@ def lowest(session: nox.Session) -> None:
     session.install(*lowest, *deps, *_editable(*MEMBERS))
     session.run("uv", "pip", "list", external=True)
     session.run("pytest", *([] if session.posargs else quick), "tests/integrations")
+
+
+# The Agents SDK adapter implements the SDK's private compaction hooks, whose arguments
+# change between releases without notice (0.24 added prune_prefix): its tests run at the
+# floor core declares and at the newest release, so such a change is seen the day it ships.
+OPENAI_AGENTS_TESTS = tuple(
+    f"tests/integrations/test_openai_agents{name}.py"
+    for name in ("", "_compaction", "_compaction_flows", "_loops")
+)
+
+
+def _openai_agents_floor() -> str:
+    """The ``openai-agents>=X`` floor of core's extra, read from core/pyproject.toml."""
+    for line in Path("core/pyproject.toml").read_text().splitlines():
+        if line.startswith("openai-agents = "):
+            floor = line.partition('"openai-agents>=')[2].partition('"')[0]
+            if floor:
+                return floor
+    raise RuntimeError("core/pyproject.toml declares no openai-agents>= floor")
+
+
+@nox.session(python=PYTHON)
+@nox.parametrize("sdk", ["floor", "newest"])
+def openai_agents(session: nox.Session, sdk: str) -> None:
+    """The Agents SDK adapter's tests at the SDK's declared floor and its newest release.
+
+    On the memory backend only, about a minute each: what the SDK passes its hooks does
+    not depend on the backend, and every backend runs these tests in `tests` (newest
+    versions) and `lowest` (floors). ``nox -s openai_agents -- -k postgres`` picks another.
+    """
+    session.install(*TEST_DEPS, *_editable("core[openai-agents,encryption]", TESTSERVERS))
+    if sdk == "floor":
+        session.install(f"openai-agents=={_openai_agents_floor()}")
+    else:
+        # --refresh-package: a release published today, not the one uv's cache knew.
+        session.install("--upgrade", "--refresh-package", "openai-agents", "openai-agents")
+    session.run("python", "-c", "import agents; print('openai-agents', agents.__version__)")
+    selection = session.posargs or ["-k", "memory"]
+    session.run("pytest", "-q", *OPENAI_AGENTS_TESTS, *selection)
 
 
 DOCS_DEPS = ("mkdocs>=1.6", "mkdocs-material>=9.5", "mkdocstrings[python]>=0.29")

@@ -17,7 +17,7 @@ if os.environ.get("AGENTSESSIONS_REQUIRE_SERVERS") != "1":  # CI: a missing extr
 
 from agents import Agent, Runner
 from agents.memory import OpenAIResponsesCompactionSession
-from agentsessions import SessionManager
+from agentsessions import InvalidInputError, SessionManager
 from agentsessions.integrations.openai_agents import AgentSessionsSession
 from integrations.test_openai_agents import NO_TRACING, ScriptedModel, text_of
 
@@ -92,9 +92,9 @@ async def test_automatic_compaction_after_a_turn(manager: SessionManager) -> Non
     snapshots: list[int] = []
     snapshot = session._get_compaction_snapshot
 
-    async def counted(limit: int) -> Any:
+    async def counted(limit: int, **kwargs: Any) -> Any:
         snapshots.append(limit)
-        return await snapshot(limit)
+        return await snapshot(limit, **kwargs)
 
     session._get_compaction_snapshot = counted  # type: ignore[method-assign]
     client = FakeClient()
@@ -127,3 +127,19 @@ async def test_a_stale_snapshot_replaces_nothing(manager: SessionManager) -> Non
     items = await session.get_items()
     assert [item["content"] for item in items[:2]] == ["a", "b"]
     assert text_of(items[2]) == ("assistant", "summary of the conversation")
+
+
+async def test_the_snapshot_hook_takes_the_sdks_arguments_only(manager: SessionManager) -> None:
+    session = AgentSessionsSession("args", manager)
+    await session.add_items([{"role": "user", "content": "a"}])
+    with pytest.raises(InvalidInputError, match="limit"):
+        await session._get_compaction_snapshot(0)
+    # An argument the SDK does not pass is refused, never silently ignored.
+    with pytest.raises(TypeError):
+        await session._get_compaction_snapshot(1, prune_everything=True)  # type: ignore[call-arg]
+    snapshot = await session._get_compaction_snapshot(1, prune_prefix=lambda item: True)
+    assert snapshot is not None and snapshot.complete
+    # Positions outside the snapshot replace nothing.
+    assert await snapshot.replace_suffix(1, [dict(SUMMARY)]) is False
+    assert await snapshot.replace_suffix(-1, [dict(SUMMARY)]) is False
+    assert [item["content"] for item in await session.get_items()] == ["a"]

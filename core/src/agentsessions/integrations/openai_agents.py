@@ -37,16 +37,18 @@ loaded and saves it, one round trip; only if another writer saved in between doe
 load the session's version again.
 
 Under the SDK's ``OpenAIResponsesCompactionSession`` (which calls the Responses API's
-``compact`` after a turn and replaces the stored history with its output) the
-replacement is one atomic write of the store, checked against the version the
-wrapper read: a whole history is replaced with `SessionManager.compact` (at the cost
-of what it replaces), a suffix by a save of the session; if another writer saved
-since the wrapper's read, nothing is replaced and the SDK keeps the history as it is.
+``compact`` after a turn and replaces the stored history with its output), alone or
+with the SDK's ``EncryptedSession`` on either side of it, the replacement is one atomic
+write of the store, checked against the version the wrapper read: a whole history is
+replaced with `SessionManager.compact` (at the cost of what it replaces; a full rewrite
+on a backend without compaction), a suffix by a save of the session, which also drops
+the expired prefix ``EncryptedSession`` asks to prune; if another writer saved since
+the wrapper's read, nothing is replaced and the SDK keeps the history as it is.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 from agents.memory.session_settings import (
@@ -233,16 +235,21 @@ class AgentSessionsSession:
             return
 
     # -- the SDK's compaction wrapper ----------------------------------------------------
-    # OpenAIResponsesCompactionSession looks these two up on the session it wraps: with
+    # OpenAIResponsesCompactionSession looks these two up on the session it wraps (the
+    # SDK's EncryptedSession looks up the snapshot too, through either nesting): with
     # them its replacement of history is one atomic, version-checked write of the store
-    # (SessionManager.compact) instead of a clear followed by an add.
+    # instead of a clear followed by an add. The signatures are the SDK's call sites':
+    # ``atomic_replace(session, items)`` and ``reader(limit)`` or, from EncryptedSession,
+    # ``reader(limit, prune_prefix=is_expired)``. Unknown keywords are refused rather
+    # than swallowed: a new SDK argument carries a promise this code would not keep.
 
     async def _atomic_replace_items(self, items: list[TResponseInputItem]) -> bool:
-        """Replace the whole history with *items* in one atomic write (False: the backend
-        cannot compact, and the SDK clears and adds instead)."""
-        if not self.manager.capabilities.compaction:
-            return False
+        """Replace the whole history with *items* in one atomic write (always True: a
+        backend without compaction gets a full rewrite of the session instead)."""
         events = self._events_of(items)
+        return await finish_despite_cancellation(self._replace_items(events))
+
+    async def _replace_items(self, events: list[Event]) -> bool:
         attempt = 0
         while True:
             session = await self._load(last_events=1)
@@ -251,52 +258,102 @@ class AgentSessionsSession:
                     if events:
                         await self._append(events)
                     return True
-                await self.manager.compact(session, session.events[-1].id, events)
+                self._held = None
+                await self._replace_all(session, events)
             except SessionConflictError as conflict:
                 attempt = await self._after_conflict(conflict, attempt)
                 continue
-            self._held = None
             return True
 
-    async def _get_compaction_snapshot(self, limit: int) -> Any:
+    async def _get_compaction_snapshot(
+        self,
+        limit: int,
+        *,
+        prune_prefix: Callable[[TResponseInputItem], bool] | None = None,
+    ) -> Any:
         """The newest *limit* items, and a replacement of a suffix of them that lands only
-        if nothing was written since this read (None: the SDK has no snapshot type)."""
+        if nothing was written since this read (None: no history, or an SDK without
+        snapshots). *prune_prefix* (the SDK's EncryptedSession passes its expiry test)
+        also drops, in the same write, the oldest items it holds true for, up to the
+        first it does not and never into the replaced suffix."""
         try:
             from agents.memory.session import _CompactionSnapshot
         except ImportError:  # an SDK without atomic snapshots: it replaces whole histories
             return None
-        if not self.manager.capabilities.compaction:
-            return None
+        if type(limit) is not int or limit < 1:
+            raise InvalidInputError(f"limit must be an int >= 1, not {limit!r}")
         session = await self._load(last_events=limit)
         if session is None or not session.events:
             return None
         complete = session.first_event_position == 0
-        items = [cast("TResponseInputItem", event.content) for event in session.events]
+        items = cast("list[TResponseInputItem]", event_contents(session.events))
 
         async def replace_suffix(start: int, output: list[TResponseInputItem]) -> bool:
-            if not 0 <= start < len(session.events):
+            if type(start) is not int or not 0 <= start < len(session.events):
                 return False
             events = self._events_of(output)
+            return await finish_despite_cancellation(replace(start, events))
+
+        async def replace(start: int, events: list[Event]) -> bool:
             self._held = None
             try:
                 if start == 0 and complete:
-                    # The whole history: a compaction through its last event, which
-                    # costs what it replaces and checks the version read above.
-                    await self.manager.compact(session, session.events[-1].id, events)
-                    return True
-                # A suffix, keeping older history the snapshot did not read: a save of
-                # the whole session at the version the snapshot read.
-                whole = await self.manager.get(self.session_id, user_id=self.user_id)
-                if whole is None or whole.version != session.version:
-                    return False
-                del whole.events[session.first_event_position + start :]
-                whole.events.extend(events)
-                await self.manager.save(whole)
+                    # The whole history: no older item is left to prune.
+                    await self._replace_all(session, events)
+                else:
+                    return await self._replace_suffix(session, start, events, prune_prefix)
             except SessionConflictError:
                 return False
             return True
 
         return _CompactionSnapshot(items=items, complete=complete, replace_suffix=replace_suffix)
+
+    async def _replace_all(self, loaded: Session, events: list[Event]) -> None:
+        """Every stored event replaced by *events*, checked against *loaded*'s version.
+
+        A compaction through the last event costs what it replaces; a backend without
+        compaction gets a session built at that version, which saves as a full rewrite
+        without reading the history. Either raises `SessionConflictError` if anything
+        was written since *loaded* was read."""
+        if self.manager.capabilities.compaction:
+            await self.manager.compact(loaded, loaded.events[-1].id, events)
+            return
+        rewritten = Session(
+            session_id=loaded.session_id,
+            user_id=loaded.user_id,
+            events=events,
+            state=loaded.state,
+            created_at=loaded.created_at,
+            updated_at=loaded.updated_at,
+            version=loaded.version,
+        )
+        await self.manager.save(rewritten)
+
+    async def _replace_suffix(
+        self,
+        snapshot: Session,
+        start: int,
+        events: list[Event],
+        prune_prefix: Callable[[TResponseInputItem], bool] | None,
+    ) -> bool:
+        """The snapshot's events from *start* on replaced by *events*, keeping the older
+        history (less the prefix *prune_prefix* drops): one save of the whole session
+        at the version the snapshot read; False if anything was written since."""
+        whole = await self.manager.get(self.session_id, user_id=self.user_id)
+        if whole is None or whole.version != snapshot.version:
+            return False
+        cut = snapshot.first_event_position + start
+        pruned = 0
+        if prune_prefix is not None:
+            while pruned < cut and prune_prefix(
+                cast("TResponseInputItem", whole.events[pruned].content)
+            ):
+                pruned += 1
+        del whole.events[cut:]
+        del whole.events[:pruned]
+        whole.events.extend(events)
+        await self.manager.save(whole)
+        return True
 
     def _events_of(self, items: list[TResponseInputItem]) -> list[Event]:
         events = []
