@@ -26,7 +26,7 @@ import pytest
 if os.environ.get("AGENTSESSIONS_REQUIRE_SERVERS") != "1":  # CI: a missing extra must fail
     pytest.importorskip("langgraph.checkpoint.conformance", reason="needs the langgraph extra")
 
-from agentsessions import InvalidInputError, SessionManager, connect
+from agentsessions import InvalidInputError, SessionExistsError, SessionManager, connect
 from agentsessions.integrations.langgraph import (
     AgentSessionsSaver,
     CheckpointConflictError,
@@ -157,7 +157,9 @@ async def test_two_writers_on_one_thread_never_fork(backend_url: str) -> None:
         with pytest.raises(CheckpointConflictError) as caught:
             await put_step(second, thread_id, root)
         assert caught.value.head_checkpoint_id == winner
-        ids = [t.config["configurable"]["checkpoint_id"] async for t in first.alist(config(thread_id))]
+        ids = [
+            t.config["configurable"]["checkpoint_id"] async for t in first.alist(config(thread_id))
+        ]
         assert ids == [winner, root]  # one chain: nothing of the loser was written
 
         # Two runs sharing one saver (tasks of one process): the same guarantee.
@@ -265,3 +267,14 @@ async def test_ttl_expires_threads() -> None:
         assert await saver.aget_tuple(config(thread_id)) is not None
         time.sleep(1.2)  # noqa: ASYNC251 (the store's clock is the wall clock)
         assert await saver.aget_tuple(config(thread_id)) is None
+
+
+async def test_copy_thread_refuses_a_target_with_checkpoints(manager: SessionManager) -> None:
+    saver = AgentSessionsSaver(manager)
+    source, target = f"src-{uuid.uuid4().hex}", f"dst-{uuid.uuid4().hex}"
+    await put_step(saver, source, None)
+    kept = await put_step(saver, target, None)
+    with pytest.raises(SessionExistsError):
+        await saver.acopy_thread(source, target)
+    ids = [t.config["configurable"]["checkpoint_id"] async for t in saver.alist(config(target))]
+    assert ids == [kept]

@@ -654,9 +654,7 @@ class AgentSessionsSaver(BaseCheckpointSaver[str]):
                 if event.author == CHECKPOINT_AUTHOR or event.content.get("checkpoint_id") == head
             ]
             try:
-                if self.manager.capabilities.compaction and len(kept) == len(
-                    session.events[cut:]
-                ):
+                if self.manager.capabilities.compaction and len(kept) == len(session.events[cut:]):
                     await self.manager.compact(session, session.events[cut - 1].id, [])
                 else:
                     session.events[:] = kept
@@ -727,13 +725,9 @@ class AgentSessionsSaver(BaseCheckpointSaver[str]):
     def get_next_version(self, current: str | None, channel: None) -> str:
         """Versions as LangGraph's own savers make them: a zero-padded counter and a
         random fraction, so they sort as strings."""
-        if current is None:
-            current_v = 0
-        elif isinstance(current, int):
-            current_v = current
-        else:
-            current_v = int(current.split(".")[0])
-        return f"{current_v + 1:032}.{random.random():016}"  # noqa: S311 (not a secret)
+        # An int is what a thread written by a saver counting in ints holds.
+        current_v = 0 if current is None else int(str(current).split(".")[0])
+        return f"{current_v + 1:032}.{random.random():016}"
 
     # -- the blocking API ----------------------------------------------------------
 
@@ -769,8 +763,7 @@ class AgentSessionsSaver(BaseCheckpointSaver[str]):
 
         async def collect() -> list[CheckpointTuple]:
             return [
-                item
-                async for item in self.alist(config, filter=filter, before=before, limit=limit)
+                item async for item in self.alist(config, filter=filter, before=before, limit=limit)
             ]
 
         yield from self._run(collect())
