@@ -53,7 +53,7 @@ import hashlib
 import random
 import threading
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from typing import Any, TypeVar
 
 from langchain_core.runnables import RunnableConfig
@@ -69,11 +69,17 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from .._errors import InvalidInputError, SessionConflictError, SessionError
+from .._errors import (
+    InvalidInputError,
+    SessionConflictError,
+    SessionError,
+    SessionNotFoundError,
+)
 from .._manager import MAX_PAGE_SIZE, SessionManager, validate_id
 from .._models import Event, Session, new_event
 from .._registry import connect
 from .._sync import _LoopThread
+from .._tracking import mark_loaded
 from ._shared import finish_despite_cancellation
 
 __all__ = ["AgentSessionsSaver", "CheckpointConflictError", "StoredCheckpointError"]
@@ -85,9 +91,10 @@ WRITES_AUTHOR = "writes"
 #: Marks a session as a LangGraph namespace (``state["langgraph"]``), so listing all
 #: threads skips any other session of the manager's namespace.
 STATE_MARK = "langgraph"
-#: Events read for the latest checkpoint before ``since_head`` is known: enough for a
-#: checkpoint and the writes of a few parallel tasks.
-_TAIL = 16
+#: Events read for the latest checkpoint before ``since_head`` is known: a checkpoint
+#: and the writes of up to three tasks. More would decode older checkpoints (each holds
+#: every channel value) for nothing; fewer costs a second read on parallel steps.
+_TAIL = 4
 #: How many thread namespaces, and checkpoints per namespace, this saver remembers as
 #: read or written as the newest (what the conflict check of `put` compares against).
 _HEADS_KEPT = 4096
@@ -202,6 +209,11 @@ class AgentSessionsSaver(BaseCheckpointSaver[str]):
         self._heads: OrderedDict[tuple[str, str], dict[str, None]] = OrderedDict()
         self._loop: _LoopThread | None = None
         self._loop_lock = threading.Lock()
+        # Per namespace session: the session as this saver's last read or write of it left
+        # it, minus its events (its version and where its events end). The next write
+        # appends to it and saves, one round trip instead of a load and a save. Taken out
+        # while a write uses it, so two concurrent writes never share it.
+        self._held: OrderedDict[str, Session] = OrderedDict()
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> AgentSessionsSaver:
@@ -268,6 +280,7 @@ class AgentSessionsSaver(BaseCheckpointSaver[str]):
     def _forget_thread(self, thread_id: str) -> None:
         for key in [key for key in self._heads if key[0] == thread_id]:
             del self._heads[key]
+            self._held.pop(namespace_session_id(*key), None)
 
     # -- encoding ------------------------------------------------------------------
 
@@ -378,6 +391,7 @@ class AgentSessionsSaver(BaseCheckpointSaver[str]):
                     f"{head!r} is not where the session's state says"
                 )
             self._seen_as_head(thread_id, ns, head)
+            self._hold(session)
             return self._tuple(space, stored, space.writes.get(head, []))
         return await self._get_from_history(thread_id, ns, checkpoint_id)
 
@@ -579,20 +593,54 @@ class AgentSessionsSaver(BaseCheckpointSaver[str]):
 
         await self._write(thread_id, ns, append)
 
-    async def _write(self, thread_id: str, ns: str, fn: Any) -> None:
+    async def _write(self, thread_id: str, ns: str, fn: Callable[[Session], None]) -> None:
+        # Finished even if the caller is cancelled, so LangGraph's view and the store
+        # agree on whether it landed.
+        await finish_despite_cancellation(self._append(thread_id, ns, fn))
+
+    async def _append(self, thread_id: str, ns: str, fn: Callable[[Session], None]) -> None:
+        session_id = namespace_session_id(thread_id, ns)
+        held = self._held.pop(session_id, None)
+        if held is not None:
+            fn(held)  # may raise CheckpointConflictError from what this saver last saw
+            try:
+                await self.manager.save(held)
+            except (SessionConflictError, SessionNotFoundError):
+                pass  # another writer saved (or deleted) since: load and check again below
+            else:
+                self._hold(held)
+                return
         # An append needs none of the history (last_events=0): its cost does not grow
-        # with the thread. Finished even if the caller is cancelled, so LangGraph's view
-        # and the store agree on whether it landed.
-        await finish_despite_cancellation(
-            self.manager.update(
-                namespace_session_id(thread_id, ns),
-                fn,
-                user_id=thread_id,
-                create=True,
-                retries=self.retries,
-                last_events=0,
-            )
+        # with the thread.
+        stored = await self.manager.update(
+            session_id,
+            fn,
+            user_id=thread_id,
+            create=True,
+            retries=self.retries,
+            last_events=0,
         )
+        self._hold(stored)
+
+    def _hold(self, session: Session) -> None:
+        loaded = session._loaded
+        if loaded is None:
+            return
+        copy = Session.model_construct(
+            session_id=session.session_id,
+            user_id=session.user_id,
+            events=[],
+            state=dict(session.state),
+            created_at=session.created_at,
+            updated_at=session.updated_at,
+            version=session.version,
+        )
+        end = session.first_event_position + len(session.events)
+        mark_loaded(copy, offset=end, partial=True, lineage=loaded.lineage)
+        self._held[session.session_id] = copy
+        self._held.move_to_end(session.session_id)
+        if len(self._held) > _HEADS_KEPT:
+            self._held.popitem(last=False)
 
     # -- threads -------------------------------------------------------------------
 
