@@ -133,11 +133,16 @@ def _candidates(workdir: Path) -> list[tuple[str, str, SaverFactory]]:
             rows.append(
                 ("postgres", "LangGraph AsyncPostgresSaver", lambda: _postgres_peer(postgres))
             )
-    for engine, variable in (("redis", "AGENTSESSIONS_REDIS_URL"), ("mongo", "AGENTSESSIONS_MONGO_URL")):
+    servers = (("redis", "AGENTSESSIONS_REDIS_URL"), ("mongo", "AGENTSESSIONS_MONGO_URL"))
+    for engine, variable in servers:
         url = os.environ.get(variable)
         if url:
-            rows.append((engine, "agentsessions", lambda url=url: _ours(url)))
+            rows.append((engine, "agentsessions", _bound(url)))
     return rows
+
+
+def _bound(url: str) -> SaverFactory:
+    return lambda: _ours(url)
 
 
 async def _run(steps: int, history: int) -> list[tuple[str, str, float, float]]:

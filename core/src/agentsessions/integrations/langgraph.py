@@ -92,9 +92,9 @@ WRITES_AUTHOR = "writes"
 #: threads skips any other session of the manager's namespace.
 STATE_MARK = "langgraph"
 #: Events read for the latest checkpoint before ``since_head`` is known: a checkpoint
-#: and the writes of up to three tasks. More would decode older checkpoints (each holds
-#: every channel value) for nothing; fewer costs a second read on parallel steps.
-_TAIL = 4
+#: and one task's writes, the common step. More would decode older checkpoints (each
+#: holds every channel value) for nothing; a step of parallel tasks reads again.
+_TAIL = 2
 #: How many thread namespaces, and checkpoints per namespace, this saver remembers as
 #: read or written as the newest (what the conflict check of `put` compares against).
 _HEADS_KEPT = 4096
