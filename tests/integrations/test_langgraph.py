@@ -310,3 +310,28 @@ async def test_a_write_after_another_saver_deleted_the_thread(backend_url: str) 
         assert latest is not None
         assert latest.config["configurable"]["checkpoint_id"] == anew
         assert latest.parent_config is None
+
+
+async def test_writes_stored_before_their_checkpoint_are_pending(manager: SessionManager) -> None:
+    # LangGraph's async durability may store a task's writes while the put of their
+    # checkpoint is still in flight: they must still come back with it.
+    saver = AgentSessionsSaver(manager)
+    thread_id = f"early-{uuid.uuid4().hex}"
+    first = await put_step(saver, thread_id, None)
+    await saver.aput_writes(config(thread_id, first), [("a", 1)], "t1")
+    checkpoint = empty_checkpoint()
+    early_id = checkpoint["id"]
+    await saver.aput_writes(config(thread_id, early_id), [("b", 2)], "t2")
+    await saver.aput_writes(config(thread_id, first), [("a", 3)], "t3")
+    stored = await saver.aput(config(thread_id, first), checkpoint, {"step": 2}, {})
+    await saver.aput_writes(stored, [("c", 4)], "t4")
+    for reader in (saver, AgentSessionsSaver(manager)):
+        latest = await reader.aget_tuple(config(thread_id))
+        assert latest is not None
+        assert latest.config["configurable"]["checkpoint_id"] == early_id
+        assert latest.pending_writes == [("t2", "b", 2), ("t4", "c", 4)]
+    await saver.aprune([thread_id])
+    latest = await saver.aget_tuple(config(thread_id))
+    assert latest is not None
+    assert latest.pending_writes == [("t2", "b", 2), ("t4", "c", 4)]
+    assert [t.checkpoint["id"] async for t in saver.alist(config(thread_id))] == [early_id]

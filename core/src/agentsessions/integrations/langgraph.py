@@ -21,10 +21,12 @@ graph, subgraphs have their own), is one agentsessions session owned by the thre
   for every engine and byte-exact), its id and its parent's id;
 * each `put_writes` appends one event (author ``writes``) holding the task's writes,
   each serialized the same way, and the id of the checkpoint they belong to;
-* the session's state holds the id of the newest checkpoint (``head``) and how many
-  events follow it (``since_head``), so the latest checkpoint with its pending writes
-  is one read of the newest ``since_head + 1`` events (``last_events``), whatever the
-  length of the thread's history; a write never reads the history (``last_events=0``).
+* the session's state holds the id of the newest checkpoint (``head``) and how many of
+  the newest events hold it and all its writes (``reach``; LangGraph may store a task's
+  writes while the put of their checkpoint is still in flight, so some can precede it:
+  ``early`` counts those), so the latest checkpoint with its pending writes is one read
+  of the newest ``reach`` events (``last_events``), whatever the length of the thread's
+  history; a write never reads the history.
 
 Writes append only; every write is one atomic, version-checked save, so a checkpoint
 and its writes land whole or not at all, and a save refused for its size
@@ -91,7 +93,7 @@ WRITES_AUTHOR = "writes"
 #: Marks a session as a LangGraph namespace (``state["langgraph"]``), so listing all
 #: threads skips any other session of the manager's namespace.
 STATE_MARK = "langgraph"
-#: Events read for the latest checkpoint before ``since_head`` is known: a checkpoint
+#: Events read for the latest checkpoint before ``reach`` is known: a checkpoint
 #: and one task's writes, the common step. More would decode older checkpoints (each
 #: holds every channel value) for nothing; a step of parallel tasks reads again.
 _TAIL = 2
@@ -101,6 +103,41 @@ _HEADS_KEPT = 4096
 _HEADS_PER_NAMESPACE = 64
 _ABSENT = ""  # a namespace read while it had no checkpoint (checkpoint ids are never empty)
 _STRATEGIES = ("keep_latest", "delete")
+#: Checkpoint ids whose writes arrived before them that a session's state follows.
+_EARLY_KEPT = 8
+
+
+def _reach_of(events: Sequence[Event], head: object) -> int:
+    """How many of the newest *events* hold checkpoint *head* and all its writes."""
+    first = next(
+        (
+            index
+            for index, event in enumerate(events)
+            if (event.author == CHECKPOINT_AUTHOR and event.content.get("id") == head)
+            or (event.author == WRITES_AUTHOR and event.content.get("checkpoint_id") == head)
+        ),
+        len(events),
+    )
+    return len(events) - first
+
+
+def _count(value: object) -> int:
+    return value if type(value) is int and value >= 0 else 0
+
+
+def _appended(state: dict[str, Any], early_for: str | None) -> None:
+    """Account in *state* for one event appended after the newest ones."""
+    state["reach"] = _count(state.get("reach")) + 1
+    early = state.get("early")
+    counts = dict(early) if isinstance(early, dict) else {}
+    counts = {key: _count(value) + 1 for key, value in counts.items()}
+    if early_for is not None and early_for not in counts:
+        counts[early_for] = 1
+        while len(counts) > _EARLY_KEPT:
+            del counts[next(iter(counts))]
+    state["early"] = counts
+
+
 _ROOT_PREFIX = "lgns:"
 
 
@@ -368,21 +405,19 @@ class AgentSessionsSaver(BaseCheckpointSaver[str]):
                 self._seen_as_head(thread_id, ns, _ABSENT)
             return None
         head = session.state.get("head")
-        since = session.state.get("since_head", 0)
-        if not isinstance(head, str) or type(since) is not int:
+        reach = session.state.get("reach", 1)
+        if not isinstance(head, str) or type(reach) is not int or reach < 1:
             if checkpoint_id is None:
                 self._seen_as_head(thread_id, ns, _ABSENT)
             return None
         if checkpoint_id is None or checkpoint_id == head:
-            if since + 1 > len(session.events) and session.first_event_position > 0:
-                session = await self.manager.get(
-                    session_id, user_id=thread_id, last_events=since + 1
-                )
+            if reach > len(session.events) and session.first_event_position > 0:
+                session = await self.manager.get(session_id, user_id=thread_id, last_events=reach)
                 if session is None:
                     return None
                 if session.state.get("head") != head:  # written in between: read it all
                     return await self._get_from_history(thread_id, ns, checkpoint_id)
-            contents = [(event.author, event.content) for event in session.events[-since - 1 :]]
+            contents = [(event.author, event.content) for event in session.events[-reach:]]
             space = _Namespace(thread_id, ns, contents)
             stored = space.checkpoints.get(head)
             if stored is None:
@@ -531,13 +566,19 @@ class AgentSessionsSaver(BaseCheckpointSaver[str]):
             if pinned and head != parent and (head is not None or parent is not None):
                 raise CheckpointConflictError(thread_id, ns, parent, str(head))
             session.events.append(event)
+            early = session.state.get("early")
+            counts = dict(early) if isinstance(early, dict) else {}
+            before = _count(counts.pop(checkpoint_id, 0))
             session.state.update(
                 {
                     STATE_MARK: 1,
                     "thread_id": thread_id,
                     "checkpoint_ns": ns,
                     "head": checkpoint_id,
-                    "since_head": 0,
+                    # Its writes stored before it (early) are within the newest events.
+                    "reach": before + 1,
+                    # Writes that came early for a later checkpoint stay followed.
+                    "early": {key: _count(value) + 1 for key, value in counts.items()},
                 }
             )
 
@@ -581,15 +622,9 @@ class AgentSessionsSaver(BaseCheckpointSaver[str]):
 
         def append(session: Session) -> None:
             session.events.append(event)
-            since = session.state.get("since_head", 0)
-            session.state.update(
-                {
-                    STATE_MARK: 1,
-                    "thread_id": thread_id,
-                    "checkpoint_ns": ns,
-                    "since_head": (since if type(since) is int else 0) + 1,
-                }
-            )
+            session.state.update({STATE_MARK: 1, "thread_id": thread_id, "checkpoint_ns": ns})
+            head = session.state.get("head")
+            _appended(session.state, None if checkpoint_id == head else checkpoint_id)
 
         await self._write(thread_id, ns, append)
 
@@ -686,27 +721,23 @@ class AgentSessionsSaver(BaseCheckpointSaver[str]):
     async def _keep_latest(self, session: Session) -> None:
         for _attempt in range(self.retries + 1):
             head = session.state.get("head")
-            cut = next(
-                (
-                    index
-                    for index, event in enumerate(session.events)
-                    if event.author == CHECKPOINT_AUTHOR and event.content.get("id") == head
-                ),
-                None,
-            )
-            if not cut:
+            events = session.events
+            cut = len(events) - _reach_of(events, head)
+            if not cut or cut == len(events):
                 return  # nothing before the newest checkpoint (or no checkpoint)
             kept = [
                 event
-                for event in session.events[cut:]
-                if event.author == CHECKPOINT_AUTHOR or event.content.get("checkpoint_id") == head
+                for event in events[cut:]
+                if (event.author == CHECKPOINT_AUTHOR and event.content.get("id") == head)
+                or (event.author == WRITES_AUTHOR and event.content.get("checkpoint_id") == head)
             ]
             try:
-                if self.manager.capabilities.compaction and len(kept) == len(session.events[cut:]):
-                    await self.manager.compact(session, session.events[cut - 1].id, [])
+                if self.manager.capabilities.compaction and len(kept) == len(events) - cut:
+                    await self.manager.compact(session, events[cut - 1].id, [])
                 else:
                     session.events[:] = kept
-                    session.state["since_head"] = len(kept) - 1
+                    session.state["reach"] = len(kept)
+                    session.state["early"] = {}
                     await self.manager.save(session)
                 return
             except SessionConflictError:
@@ -751,13 +782,14 @@ class AgentSessionsSaver(BaseCheckpointSaver[str]):
                 if event.author == CHECKPOINT_AUTHOR
             ]
             session.events[:] = kept
+            session.state["early"] = {}
             if heads:
-                index, head = heads[-1]
+                head = heads[-1][1]
                 session.state["head"] = head
-                session.state["since_head"] = len(kept) - index - 1
+                session.state["reach"] = _reach_of(kept, head)
             else:
                 session.state.pop("head", None)
-                session.state["since_head"] = 0
+                session.state["reach"] = 1
             try:
                 await self.manager.save(session)
                 return
