@@ -64,6 +64,7 @@ async def test_conformance_suite(manager: SessionManager) -> None:
     assert_full_conformance(await validate(factory))
 
 
+@pytest.mark.slow  # the lowest-versions session runs the suite once, unencrypted
 async def test_conformance_suite_encrypted(backend_url: str) -> None:
     ring = langgraph_graph.keyring(os.urandom(32).hex())
     async with connect(backend_url, encryption=ring) as manager:
