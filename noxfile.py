@@ -63,7 +63,7 @@ TESTSERVERS = "tools/testservers"
 # checked and tested against them. The bench package brings the `bench` verb and its
 # smoke test.
 MEMBERS = (
-    "core[cli,openai-agents,adk,otel,encryption]",
+    "core[cli,openai-agents,adk,langgraph,otel,encryption]",
     "cli",
     "conformance",
     *(f"backends/{name}" for name in BACKENDS[1:]),
@@ -73,6 +73,8 @@ MEMBERS = (
 TEST_DEPS = ("pytest>=8.3", "pytest-asyncio>=1.0", "hypothesis>=6.100")
 # The instrumentation tests read spans and metrics back from the SDK's in-memory exporters.
 OTEL_TEST_DEPS = ("opentelemetry-sdk>=1.30",)
+# LangGraph's own conformance suite for checkpointers, which tests/integrations runs.
+LANGGRAPH_TEST_DEPS = ("langgraph-checkpoint-conformance>=0.0.2",)
 
 
 def _editable(*paths: str) -> list[str]:
@@ -104,7 +106,9 @@ def tests(session: nox.Session) -> None:
 
     tests/backends (memory included) is run per backend by `conformance`.
     """
-    session.install(*TEST_DEPS, *OTEL_TEST_DEPS, "redis>=5.3", *_editable(*MEMBERS))
+    session.install(
+        *TEST_DEPS, *OTEL_TEST_DEPS, *LANGGRAPH_TEST_DEPS, "redis>=5.3", *_editable(*MEMBERS)
+    )
     # tests/core/test_install.py builds a fresh venv with the uv nox itself uses.
     session.env.setdefault("AGENTSESSIONS_UV", shutil.which("uv") or nox.virtualenv.UV)
     session.run(
@@ -360,7 +364,7 @@ def lowest(session: nox.Session) -> None:
     ]
     args = session.posargs or [*quick, *servers_kit, "tests/core", "tests/backends"]
     session.run("pytest", *args, "--ignore=tests/integrations")
-    session.install(*lowest, *deps, *_editable(*MEMBERS))
+    session.install(*lowest, *deps, *LANGGRAPH_TEST_DEPS, *_editable(*MEMBERS))
     session.run("uv", "pip", "list", external=True)
     session.run("pytest", *([] if session.posargs else quick), "tests/integrations")
 

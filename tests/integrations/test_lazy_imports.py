@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-FRAMEWORKS = ("agents", "openai", "google.adk", "google.genai")
+FRAMEWORKS = ("agents", "openai", "google.adk", "google.genai", "langgraph", "langchain_core")
 
 
 def modules_after(statement: str) -> set[str]:
@@ -34,6 +34,7 @@ def test_importing_agentsessions_and_its_integrations_package_loads_no_framework
     [
         ("agentsessions.integrations.openai_agents", "agents", "google.adk"),
         ("agentsessions.integrations.adk", "google.adk", "agents"),
+        ("agentsessions.integrations.langgraph", "langgraph", "agents"),
     ],
 )
 def test_each_adapter_loads_its_own_framework_only(module: str, framework: str, other: str) -> None:

@@ -7,6 +7,8 @@ is imported, so ``import agentsessions`` never pulls in a framework:
   OpenAI Agents SDK (``pip install "agentsessions[openai-agents]"``).
 - `agentsessions.integrations.adk`: `AgentSessionsSessionService`, a session service for
   Google's Agent Development Kit (``pip install "agentsessions[adk]"``).
+- `agentsessions.integrations.langgraph`: `AgentSessionsSaver`, a checkpointer for
+  LangGraph (``pip install "agentsessions[langgraph]"``).
 """
 
 __all__: list[str] = []
