@@ -66,8 +66,10 @@ _SECURITY_HEADERS = {
     ),
     "X-Content-Type-Options": "nosniff",
     "X-Frame-Options": "DENY",
-    # The access token is in the first URL: never send it to another site.
-    "Referrer-Policy": "no-referrer",
+    # The access token is in the first URL: never send it to another site. Not
+    # "no-referrer": under it a browser posts forms with "Origin: null", which the
+    # origin check must refuse.
+    "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
 }
 

@@ -102,7 +102,7 @@ def test_security_headers_forbid_scripts_and_referrers(client: TestClient) -> No
     csp = response.headers["content-security-policy"]
     assert "default-src 'none'" in csp
     assert "script-src" not in csp  # falls back to 'none': no script runs at all
-    assert response.headers["referrer-policy"] == "no-referrer"
+    assert response.headers["referrer-policy"] == "same-origin"
     assert "<script" not in response.text
 
 
@@ -350,6 +350,8 @@ def test_a_write_needs_the_csrf_token_and_the_same_origin(writer: TestClient, wr
     csrf = _csrf(confirm.text)
     assert writer.post("/session/delete", data={"id": "demo"}).status_code == 403
     assert writer.post("/session/delete", data={"id": "demo", "csrf": "x" * 64}).status_code == 403
+    null = writer.post("/session/delete", data={"id": "demo", "csrf": csrf}, headers={"origin": "null"})
+    assert null.status_code == 403
     foreign = writer.post(
         "/session/delete",
         data={"id": "demo", "csrf": csrf},
