@@ -21,7 +21,11 @@ async def build_store(url: str) -> dict[str, str]:
     """Fill the store; returns the ids of the interesting sessions by role."""
     async with connect(url) as manager:
         agent = DemoAgent(manager)
-        for text in ("Hi, I'm Ada", "I like green tea", "Send a note to Bob saying the cat is fine"):
+        for text in (
+            "Hi, I'm Ada",
+            "I like green tea",
+            "Send a note to Bob saying the cat is fine",
+        ):
             await agent.run(text, session_id="demo", user_id="ada")
         await agent.run("approve", session_id="demo", user_id="ada")
         for text in ("My name is Grace", "Send a note to Alan saying hello"):
@@ -35,7 +39,9 @@ async def build_store(url: str) -> dict[str, str]:
             long.add_event("user" if number % 2 == 0 else "agent", f"line {number}")
         await manager.save(long)
 
-        hostile = await manager.create(HOSTILE_ID, "<u>mallory</u>", state={HOSTILE_KEY: HOSTILE_TEXT})
+        hostile = await manager.create(
+            HOSTILE_ID, "<u>mallory</u>", state={HOSTILE_KEY: HOSTILE_TEXT}
+        )
         hostile.add_event("user", HOSTILE_TEXT)
         hostile.add_event(HOSTILE_AUTHOR, {HOSTILE_KEY: [HOSTILE_TEXT]}, note=HOSTILE_TEXT)
         hostile.add_event("agent", HOSTILE_TEXT, kind="tool_call", call_id=HOSTILE_KEY)
@@ -45,6 +51,8 @@ async def build_store(url: str) -> dict[str, str]:
         for number in range(6):
             compacted.add_event("user", f"old {number}")
         await manager.save(compacted)
-        summary = Event(author="summary", content="Ada said six old things.", metadata={"kind": "summary"})
+        summary = Event(
+            author="summary", content="Ada said six old things.", metadata={"kind": "summary"}
+        )
         await manager.compact(compacted, compacted.events[4].id, [summary], archive=True)
     return {"demo": "demo", "waiting": "waiting", "long": "long", "hostile": HOSTILE_ID}

@@ -18,9 +18,7 @@ HOST = "127.0.0.1"
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from ._common import EXIT_CODES_HELP
 
-    help_text = (
-        "Browse a store's sessions in a local web page (read-only unless --allow-writes)."
-    )
+    help_text = "Browse a store's sessions in a local web page (read-only unless --allow-writes)."
     p = subparsers.add_parser(
         "inspect",
         help=help_text,
@@ -78,7 +76,9 @@ def _inspect(args: argparse.Namespace) -> int:
         sock.bind((HOST, args.port))
     except OSError as exc:
         sock.close()
-        raise CommandError(f"cannot listen on {HOST}:{args.port}: {exc.strerror}", EXIT_USAGE) from None
+        raise CommandError(
+            f"cannot listen on {HOST}:{args.port}: {exc.strerror}", EXIT_USAGE
+        ) from None
     port = sock.getsockname()[1]
     token = secrets.token_urlsafe(24)
     app = create_app(

@@ -170,7 +170,9 @@ class _Inspector:
         # A page of another site that resolves its own name to 127.0.0.1 (DNS rebinding)
         # sends its own name as Host: answer only to the names this server was bound as.
         if request.headers.get("host", "") not in self.allowed_hosts:
-            return self._message(request, "Unknown host", "This server answers on loopback only.", 421)
+            return self._message(
+                request, "Unknown host", "This server answers on loopback only.", 421
+            )
         if not self._authorized(request):
             return self._message(
                 request,
@@ -183,9 +185,7 @@ class _Inspector:
             # Keep the token in a cookie and out of the address bar and history.
             rest = {k: v for k, v in request.query_params.items() if k != "token"}
             response: Response = RedirectResponse(_url(request.url.path, **rest), 303)
-            response.set_cookie(
-                self.cookie, self.token, httponly=True, samesite="strict", path="/"
-            )
+            response.set_cookie(self.cookie, self.token, httponly=True, samesite="strict", path="/")
             return response
         if write:
             refused = await self._check_write(request)
@@ -194,7 +194,9 @@ class _Inspector:
         try:
             return await handler(request)
         except SessionDecryptionError as exc:
-            return self._message(request, "Cannot decrypt this session", self._decrypt_help(exc), 409)
+            return self._message(
+                request, "Cannot decrypt this session", self._decrypt_help(exc), 409
+            )
         except BackendUnavailableError as exc:
             return self._message(request, "The store cannot be reached", str(exc), 503)
         except InvalidInputError as exc:
@@ -300,9 +302,7 @@ class _Inspector:
         found: list[SessionSummary] = []
         scanned = 0
         while scanned < _SEARCH_SCAN:
-            page = await self.manager.list_sessions(
-                user_id=user, limit=_LIST_BATCH, cursor=cursor
-            )
+            page = await self.manager.list_sessions(user_id=user, limit=_LIST_BATCH, cursor=cursor)
             scanned += len(page.items)
             found += [s for s in page.items if s.session_id.startswith(prefix)]
             cursor = page.next_cursor
@@ -391,7 +391,9 @@ class _Inspector:
         )
 
     async def stylesheet(self, request: Request) -> Response:
-        css = importlib.resources.files("agentsessions_cli").joinpath("inspect_templates/inspect.css")
+        css = importlib.resources.files("agentsessions_cli").joinpath(
+            "inspect_templates/inspect.css"
+        )
         return Response(css.read_text(encoding="utf-8"), media_type="text/css")
 
     # -- writes ----------------------------------------------------------------------------
@@ -437,7 +439,9 @@ class _Inspector:
             return await self._absent(request, session_id)
         total = newest.first_event_position + len(newest.events)
         if position >= total:
-            raise InvalidInputError(f"session {session_id!r} has {total} events, none at {position}")
+            raise InvalidInputError(
+                f"session {session_id!r} has {total} events, none at {position}"
+            )
         tail = await self.manager.get(session_id, last_events=total - position)
         if tail is None:
             return await self._absent(request, session_id)
@@ -449,7 +453,9 @@ class _Inspector:
         dropped = len(tail.events) - 1
         del tail.events[1:]
         await self.manager.save(tail)  # version-checked: a save in between is a conflict
-        return RedirectResponse(_url("/session", id=session_id, done=f"rewound: {dropped} events dropped"), 303)
+        return RedirectResponse(
+            _url("/session", id=session_id, done=f"rewound: {dropped} events dropped"), 303
+        )
 
     def _position(self, request: Request) -> int:
         raw = self._field(request, "position")

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from inspect_store import build_store
 
+
 @pytest.fixture(scope="session")
 def store_url(tmp_path_factory: pytest.TempPathFactory) -> str:
     path: Path = tmp_path_factory.mktemp("inspect") / "sessions.db"
@@ -22,4 +23,3 @@ def writable_url(tmp_path: Path) -> str:
     url = f"sqlite:///{tmp_path / 'sessions.db'}"
     asyncio.run(build_store(url))
     return url
-

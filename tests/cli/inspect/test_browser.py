@@ -125,7 +125,10 @@ def _click(browser: WebDriver, element: WebElement) -> None:
 def _shoot(browser: WebDriver, name: str) -> None:
     if SCREENSHOTS:
         Path(SCREENSHOTS).mkdir(parents=True, exist_ok=True)
+        height = int(browser.execute_script("return document.body.scrollHeight"))
+        browser.set_window_size(1200, min(max(height, 600), 2400))
         browser.save_screenshot(str(Path(SCREENSHOTS) / f"inspect-{name}.png"))
+        browser.set_window_size(1200, 900)
 
 
 def test_the_printed_address_opens_the_listing_and_drops_the_token(page: WebDriver) -> None:
@@ -231,4 +234,6 @@ def test_with_writes_a_delete_is_confirmed_first(browser: WebDriver, writable_ur
         assert "cannot be undone" in browser.find_element(By.TAG_NAME, "main").text
         _click(browser, browser.find_element(By.ID, "confirm"))
         assert "deleted demo" in browser.find_element(By.ID, "done").text
-        assert "demo" not in [a.text for a in browser.find_elements(By.CSS_SELECTOR, "#sessions a.sid")]
+        assert "demo" not in [
+            a.text for a in browser.find_elements(By.CSS_SELECTOR, "#sessions a.sid")
+        ]
