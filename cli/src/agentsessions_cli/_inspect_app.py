@@ -171,7 +171,11 @@ class _Inspector:
         # sends its own name as Host: answer only to the names this server was bound as.
         if request.headers.get("host", "") not in self.allowed_hosts:
             return self._message(
-                request, "Unknown host", "This server answers on loopback only.", 421
+                request,
+                "Unknown host",
+                "This server answers on loopback only.",
+                421,
+                show_store=False,
             )
         if not self._authorized(request):
             return self._message(
@@ -180,6 +184,7 @@ class _Inspector:
                 "Open the address that `agentsessions inspect` printed: it holds this "
                 "server's access token.",
                 401,
+                show_store=False,  # not even which store: the token is the credential
             )
         if "token" in request.query_params:
             # Keep the token in a cookie and out of the address bar and history.
@@ -255,18 +260,30 @@ class _Inspector:
 
     # -- rendering -----------------------------------------------------------------------
 
-    def render(self, request: Request, name: str, status: int = 200, **context: Any) -> Response:
+    def render(
+        self,
+        request: Request,
+        name: str,
+        status: int = 200,
+        *,
+        show_store: bool = True,
+        **context: Any,
+    ) -> Response:
         template = self.env.get_template(name)
         html = template.render(
-            store=self.manager.url if self._manager is not None else "",
+            store=self.manager.url if self._manager is not None and show_store else "",
             allow_writes=self.allow_writes,
             csrf=self.csrf,
             **context,
         )
         return HTMLResponse(html, status_code=status)
 
-    def _message(self, request: Request, title: str, text: str, status: int) -> Response:
-        return self.render(request, "message.html", status, title=title, text=text)
+    def _message(
+        self, request: Request, title: str, text: str, status: int, *, show_store: bool = True
+    ) -> Response:
+        return self.render(
+            request, "message.html", status, show_store=show_store, title=title, text=text
+        )
 
     # -- pages ---------------------------------------------------------------------------
 

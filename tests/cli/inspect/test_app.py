@@ -74,6 +74,7 @@ def test_every_page_needs_the_token(store_url: str) -> None:
             assert response.status_code == 401, path
             assert "demo" not in response.text.replace("/session?id=demo", "")
             assert "Ada" not in response.text
+            assert "sessions.db" not in response.text  # not even which store
         assert c.get("/?token=wrong-token").status_code == 401
         assert c.get(_session_url("demo", token="wrong")).status_code == 401
 
@@ -96,6 +97,7 @@ def test_an_unknown_host_is_refused_even_with_the_token(client: TestClient) -> N
     response = client.get("/", headers={"host": "attacker.example"})
     assert response.status_code == 421
     assert "demo" not in response.text
+    assert "sessions.db" not in response.text
 
 
 def test_security_headers_forbid_scripts_and_referrers(client: TestClient) -> None:
