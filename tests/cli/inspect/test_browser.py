@@ -35,8 +35,14 @@ SCREENSHOTS = os.environ.get("AGENTSESSIONS_INSPECT_SCREENSHOTS")
 
 
 def _browser_paths() -> tuple[str, str]:
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    driver = shutil.which("chromedriver")
+    """Debian's chromium and chromedriver; elsewhere (a GitHub runner) its Chrome and the
+    chromedriver of ``$CHROMEWEBDRIVER``, which match each other too."""
+    chromium = next(
+        filter(None, map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))), None
+    )
+    driver = shutil.which("chromedriver") or shutil.which(
+        "chromedriver", path=os.environ.get("CHROMEWEBDRIVER", "")
+    )
     if chromium is None or driver is None:
         message = "no chromium/chromedriver (apt-get install chromium chromium-driver)"
         if REQUIRE:
