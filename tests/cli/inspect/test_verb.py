@@ -44,7 +44,7 @@ class _Servers:
             env={**os.environ, "NO_COLOR": "1"},
         )
         self.started.append(process)
-        return _first_line(process, 60)
+        return _first_line(process, 120)
 
     def stop_last(self) -> str:
         return _stop(self.started[-1])
@@ -77,7 +77,7 @@ def test_inspect_after_the_readme_demo(cli: Run, servers: _Servers, tmp_path: Pa
     address = servers.start("sqlite:///agentsessions.db")
     match = re.fullmatch(r"http://127\.0\.0\.1:(\d+)/\?token=([\w-]{20,})", address)
     assert match is not None, address
-    with httpx.Client(follow_redirects=True, timeout=30) as client:
+    with httpx.Client(follow_redirects=True, timeout=120) as client:
         listing = client.get(address)
         assert listing.status_code == 200
         session_id = re.search(r'class="sid" href="[^"]*">(demo-[0-9a-f]+)</a>', listing.text)
@@ -102,7 +102,7 @@ def test_inspect_after_the_readme_demo(cli: Run, servers: _Servers, tmp_path: Pa
         rebound = client.get(base + "/", headers={"host": f"attacker.example:{port}"})
         assert rebound.status_code == 421
     # Without the token, nothing.
-    assert httpx.get(base + "/", timeout=30).status_code == 401
+    assert httpx.get(base + "/", timeout=120).status_code == 401
     logged = servers.stop_last()
     assert token not in logged  # no access log: the token stays in the terminal's one line
 
