@@ -575,3 +575,20 @@ def test_an_encrypted_store_needs_its_keyring(tmp_path: Path) -> None:
         page = c.get(_session_url("sealed"))
         assert page.status_code == 200
         assert "the secret plan" in page.text and "the plan" in page.text
+
+
+def test_with_writes_every_item_offers_rewind_and_fork(
+    writer: TestClient, writable_url: str
+) -> None:
+    page = writer.get(_session_url("demo")).text
+    stored = _get(writable_url, "demo")
+    assert stored is not None
+    timeline = page[page.index('<ol class="timeline">') : page.index("<h2>State</h2>")]
+    items = timeline.split('<li class="item ')[1:]  # each top-level item, up to the next
+    assert len(items) == len(_positions(page)) > 0
+    for body in items:
+        assert "rewind to here" in body and "fork from here" in body
+    call = next(body for body in items if "kind-tool_result" in body)
+    result = next(i for i, e in enumerate(stored.events) if e.metadata.get("kind") == "tool_result")
+    links = re.findall(r"action=rewind&amp;id=demo&amp;event=([^&]+)&amp;position=(\d+)", call)
+    assert links == [(stored.events[result].id, str(result))]  # the card's last event
