@@ -79,6 +79,9 @@ def _inspect(args: argparse.Namespace) -> int:
         raise CommandError(
             f"cannot listen on {HOST}:{args.port}: {exc.strerror}", EXIT_USAGE
         ) from None
+    # Listening before the address is printed: a browser opened at once waits in the
+    # backlog until the server accepts, instead of being refused.
+    sock.listen(128)
     port = sock.getsockname()[1]
     token = secrets.token_urlsafe(24)
     app = create_app(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import selectors
+import socket
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -74,9 +75,13 @@ def _stop(process: subprocess.Popen[str]) -> str:
 def test_inspect_after_the_readme_demo(cli: Run, servers: _Servers, tmp_path: Path) -> None:
     demo = cli("demo", cwd=tmp_path)
     assert demo.returncode == 0, demo.stderr
-    address = servers.start("sqlite:///agentsessions.db")
+    with socket.socket() as probe:  # a port free a moment ago, for --port
+        probe.bind(("127.0.0.1", 0))
+        chosen = probe.getsockname()[1]
+    address = servers.start("sqlite:///agentsessions.db", "--port", str(chosen))
     match = re.fullmatch(r"http://127\.0\.0\.1:(\d+)/\?token=([\w-]{20,})", address)
     assert match is not None, address
+    assert int(match.group(1)) == chosen
     with httpx.Client(follow_redirects=True, timeout=120) as client:
         listing = client.get(address)
         assert listing.status_code == 200
@@ -105,6 +110,18 @@ def test_inspect_after_the_readme_demo(cli: Run, servers: _Servers, tmp_path: Pa
     assert httpx.get(base + "/", timeout=120).status_code == 401
     logged = servers.stop_last()
     assert token not in logged  # no access log: the token stays in the terminal's one line
+    # Without --port, any free port; each start has a token of its own.
+    other = re.fullmatch(
+        r"http://127\.0\.0\.1:(\d+)/\?token=([\w-]{20,})",
+        servers.start("sqlite:///agentsessions.db"),
+    )
+    assert other is not None
+    assert other.group(2) != token
+    with httpx.Client(follow_redirects=True, timeout=120) as client:
+        assert client.get(other.group(0)).status_code == 200
+    # The first server's token does not open the second (a fresh client: no cookie).
+    stale = httpx.get(other.group(0).replace(other.group(2), token), timeout=120)
+    assert stale.status_code == 401
 
 
 def test_inspect_refuses_a_missing_database_and_a_bad_port(cli: Run, tmp_path: Path) -> None:
