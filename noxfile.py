@@ -61,10 +61,10 @@ TESTSERVERS = "tools/testservers"
 # Core with its framework extras and OpenTelemetry, and the command line (cli/, which the
 # cli extra requires: listed so that it comes from this tree, not from an index): type-
 # checked and tested against them. The bench package brings the `bench` verb and its
-# smoke test.
+# smoke test. The cli's inspect extra brings the web inspector (`agentsessions inspect`).
 MEMBERS = (
     "core[cli,openai-agents,adk,langgraph,otel,encryption]",
-    "cli",
+    "cli[inspect]",
     "conformance",
     *(f"backends/{name}" for name in BACKENDS[1:]),
     "bench",
@@ -75,6 +75,9 @@ TEST_DEPS = ("pytest>=8.3", "pytest-asyncio>=1.0", "hypothesis>=6.100")
 OTEL_TEST_DEPS = ("opentelemetry-sdk>=1.30",)
 # LangGraph's own conformance suite for checkpointers, which tests/integrations runs.
 LANGGRAPH_TEST_DEPS = ("langgraph-checkpoint-conformance>=0.0.2",)
+# The inspector's tests: Starlette's TestClient needs httpx; the browser tests drive the
+# system's chromium through its chromedriver with Selenium (.ci/run installs both).
+INSPECT_TEST_DEPS = ("httpx>=0.27", "selenium>=4.20")
 
 
 def _editable(*paths: str) -> list[str]:
@@ -107,7 +110,12 @@ def tests(session: nox.Session) -> None:
     tests/backends (memory included) is run per backend by `conformance`.
     """
     session.install(
-        *TEST_DEPS, *OTEL_TEST_DEPS, *LANGGRAPH_TEST_DEPS, "redis>=5.3", *_editable(*MEMBERS)
+        *TEST_DEPS,
+        *OTEL_TEST_DEPS,
+        *LANGGRAPH_TEST_DEPS,
+        *INSPECT_TEST_DEPS,
+        "redis>=5.3",
+        *_editable(*MEMBERS),
     )
     # tests/core/test_install.py builds a fresh venv with the uv nox itself uses.
     session.env.setdefault("AGENTSESSIONS_UV", shutil.which("uv") or nox.virtualenv.UV)

@@ -19,6 +19,7 @@ CLI_VERBS = {
     "erase-user",
     "export",
     "import",
+    "inspect",
     "ls",
     "purge-expired",
     "rekey",

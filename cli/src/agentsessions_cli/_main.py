@@ -26,6 +26,7 @@ _VERB_MODULES = (
     "agentsessions_cli._chat",
     "agentsessions_cli._ops",
     "agentsessions_cli._rekey",
+    "agentsessions_cli._inspect",
 )
 
 
