@@ -23,9 +23,10 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from . import _deadline, _grouping, _instrumentation, _json, _log
+from . import _deadline, _diagnosis, _grouping, _instrumentation, _json, _log
 from ._clock import SYSTEM_CLOCK, Clock
 from ._deadline import ErrorRule
+from ._diagnosis import Diagnosis, Finding
 from ._errors import (
     BackendReadOnlyError,
     BackendTimeoutError,
@@ -1281,6 +1282,16 @@ class SessionManager(abc.ABC):
             await self._ready()
             return await self._purge_expired(self.clock.now())
 
+    async def diagnose(self) -> Diagnosis:
+        """Read the deployment's settings and report each one that could lose, expose or
+        wrongly expire sessions, with its consequence and its fix (docs/doctor.md).
+        Changes no setting and writes nothing."""
+        async with _deadline.call(self, "diagnose"):
+            await self._ready()
+            now = self.clock.now()
+            found = _diagnosis.common_findings(self) + await self._diagnose(now)
+            return _diagnosis.build_report(self, now, found)
+
     # -- helpers for backends ---------------------------------------------------------
 
     def _expiry(self, now: datetime) -> datetime | None:
@@ -1630,6 +1641,28 @@ class SessionManager(abc.ABC):
             BackendUnavailableError: the engine failed.
         """
         return 0
+
+    async def _diagnose(self, now: datetime) -> list[Finding]:
+        """The backend's own `agentsessions.backend.Finding`s about its server's settings.
+
+        Read the settings that decide whether the engine keeps what it acknowledged
+        (durability, eviction, replication, schema version, the clock: see
+        `agentsessions.backend.clock_skew`) and return one finding per check, "ok" ones
+        included. Read-only: change no setting; write at most one probe key or row in
+        the manager's namespace and remove it. The default says the backend has none.
+
+        Raises:
+            BackendUnavailableError: the engine failed.
+        """
+        return [
+            _diagnosis.finding(
+                "backend.checks",
+                "info",
+                f"{type(self).__name__} has no checks of its own",
+                "its server's durability settings were not checked",
+                "ask the backend's authors for a _diagnose hook",
+            )
+        ]
 
 
 @dataclass(frozen=True, slots=True)
