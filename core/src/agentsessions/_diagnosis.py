@@ -11,7 +11,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterable
 from datetime import datetime
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -38,7 +38,8 @@ __all__ = [
 #: Bumped whenever the JSON form of `Diagnosis` changes incompatibly.
 REPORT_SCHEMA_VERSION = 1
 #: Where each check is explained; a finding links to its section (``#<check id>``).
-DOCS_PAGE = "https://agentsessions.github.io/agentsessions/doctor/"
+DOCS_SITE = "https://agentsessions.github.io/agentsessions/"
+DOCS_PAGE = f"{DOCS_SITE}doctor/"
 
 Severity = Literal["ok", "info", "warning", "error", "critical"]
 #: From harmless to worst: a report's exit status follows the worst finding.
@@ -76,6 +77,18 @@ class Diagnosis(BaseModel):
     checked_at: datetime = Field(description="the client's clock when the run started (UTC)")
     worst: Severity = Field(description="the most severe finding's severity")
     findings: tuple[Finding, ...] = Field(description="every finding, most severe first")
+
+    @classmethod
+    def json_schema(cls) -> dict[str, Any]:
+        """The JSON Schema of the JSON form (committed as ``docs/doctor.schema.json``)."""
+        schema = cls.model_json_schema(mode="serialization")
+        schema.pop("title", None)
+        return {
+            "$schema": "https://json-schema.org/draft/2020-12/schema",
+            "$id": f"{DOCS_SITE}doctor.schema.json",
+            "title": f"agentsessions doctor report, schema version {REPORT_SCHEMA_VERSION}",
+            **schema,
+        }
 
     def at_least(self, severity: Severity) -> tuple[Finding, ...]:
         """The findings of *severity* or worse."""
