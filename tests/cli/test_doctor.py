@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 from agentsessions import Diagnosis, connect
-from agentsessions_testservers import ManagedServer, start_redis
-
 from agentsessions_cli import main
+from agentsessions_testservers import ManagedServer, start_redis
 
 Run = Callable[..., subprocess.CompletedProcess[str]]
 SCHEMA = Path(__file__).resolve().parents[2] / "docs" / "doctor.schema.json"
@@ -47,7 +46,9 @@ def test_all_lists_the_checks_that_passed(
     assert "common.tls" in out
 
 
-def test_fail_on_decides_the_exit_status(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_fail_on_decides_the_exit_status(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     path = tmp_path / "s.db"
     url = f"sqlite:///{path}?synchronous=full"
 

@@ -35,7 +35,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description=help_text + " The checks are listed in docs/doctor.md.",
         epilog=EXIT_CODES_HELP.replace(
             "  130  interrupted",
-            f"  {EXIT_FINDINGS}    a finding at or above --fail-on was reported\n  130  interrupted",
+            f"  {EXIT_FINDINGS}    a finding at least as severe as --fail-on\n  130  interrupted",
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

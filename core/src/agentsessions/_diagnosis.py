@@ -36,7 +36,7 @@ __all__ = [
 ]
 
 #: Bumped whenever the JSON form of `Diagnosis` changes incompatibly.
-REPORT_SCHEMA_VERSION = 1
+REPORT_SCHEMA_VERSION: Literal[1] = 1
 #: Where each check is explained; a finding links to its section (``#<check id>``).
 DOCS_SITE = "https://agentsessions.github.io/agentsessions/"
 DOCS_PAGE = f"{DOCS_SITE}doctor/"

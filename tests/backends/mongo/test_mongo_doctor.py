@@ -7,9 +7,8 @@ import uuid
 from typing import Any
 
 from agentsessions import Diagnosis, Finding, connect
-from pymongo import AsyncMongoClient
-
 from agentsessions_mongo._diagnosis import replica_set, write_concern
+from pymongo import AsyncMongoClient
 
 THREE = {"setName": "rs0", "isWritablePrimary": True, "hosts": ["a:1", "b:1", "c:1"]}
 

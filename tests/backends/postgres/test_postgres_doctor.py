@@ -8,10 +8,8 @@ from typing import Any
 import asyncpg
 import pytest
 from agentsessions import Diagnosis, Finding, connect
-from agentsessions_testservers import ManagedServer, start_postgres
-
 from agentsessions_postgres._diagnosis import replication, version
-
+from agentsessions_testservers import ManagedServer, start_postgres
 
 DURABLE = {"fsync": "on", "full_page_writes": "on", "synchronous_commit": "on"}
 

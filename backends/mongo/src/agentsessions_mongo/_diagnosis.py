@@ -3,7 +3,7 @@ state, and the TTL index, read from ``hello`` and the collection's indexes."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
@@ -33,8 +33,7 @@ def replica_set(hello: Mapping[str, Any]) -> Finding:
             "error",
             f"replica set {name!r}: the member reached is not the primary",
             "writes are refused until a primary is elected",
-            "list every member in the URL (or use mongodb+srv://) so the driver finds the "
-            "primary",
+            "list every member in the URL (or use mongodb+srv://) so the driver finds the primary",
         )
     members = len(hello.get("hosts", []))
     if members < 3:
@@ -97,7 +96,7 @@ def journal(document: Mapping[str, Any]) -> Finding:
     )
 
 
-def ttl_index(indexes: list[Mapping[str, Any]]) -> Finding:
+def ttl_index(indexes: Sequence[Mapping[str, Any]]) -> Finding:
     """``mongo.ttl_index``: the index that makes the server remove expired sessions."""
     for index in indexes:
         keys = dict(index.get("key", {}))

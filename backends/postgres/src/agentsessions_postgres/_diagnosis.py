@@ -9,7 +9,7 @@ from typing import Any
 
 from agentsessions.backend import Finding, clock_skew, finding, schema_version
 
-from ._schema import LATEST_VERSION, quote_ident
+from ._schema import LATEST_VERSION, quote_ident, statements
 
 __all__ = [
     "OLDEST_MAINTAINED",
@@ -171,9 +171,7 @@ def pool_size(max_pool_size: int, max_connections: int, reserved: int) -> Findin
     return finding("postgres.pool_size", "ok", found)
 
 
-async def diagnose(
-    connection: Any, schema: str, hosts: int, max_pool_size: int
-) -> list[Finding]:
+async def diagnose(connection: Any, schema: str, hosts: int, max_pool_size: int) -> list[Finding]:
     """Every PostgreSQL check, on one pooled *connection*."""
     rows = await connection.fetch(
         "SELECT name, setting FROM pg_settings WHERE name = ANY($1::text[])", list(SETTINGS)
@@ -194,7 +192,7 @@ async def diagnose(
     )
     table = f"{quote_ident(schema)}.agentsessions_schema_version"
     exists = await connection.fetchval("SELECT to_regclass($1) IS NOT NULL", table)
-    stored = await connection.fetchval(f"SELECT max(version) FROM {table}") if exists else None
+    stored = await connection.fetchval(statements(schema).current_version) if exists else None
     out.append(schema_version("postgres.schema_version", stored, LATEST_VERSION))
     before = datetime.now(timezone.utc)
     server = await connection.fetchval("SELECT clock_timestamp()")

@@ -263,7 +263,9 @@ async def diagnose(
     primaries: list[ClusterNode] = client.get_primaries()
     replicas_of: dict[str, int] = {}
     for node in primaries:
-        out, replicas_of[node.name] = await _node_findings(node.name, node.execute_command, ttl, None)
+        out, replicas_of[node.name] = await _node_findings(
+            node.name, node.execute_command, ttl, None
+        )
         findings += out
     first = primaries[0].execute_command
     findings += cluster_findings(_info(await first("CLUSTER", "INFO")), replicas_of)
