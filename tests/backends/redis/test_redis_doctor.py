@@ -9,7 +9,14 @@ from typing import Any
 
 import pytest
 from agentsessions import Diagnosis, Finding, connect
-from agentsessions_testservers import ManagedServer, redis_command, start_redis
+from agentsessions_testservers import (
+    SENTINEL_SERVICE,
+    ManagedServer,
+    RedisSentinelServer,
+    redis_command,
+    start_redis,
+    start_redis_sentinel,
+)
 
 PASSWORD = "doc7pw"
 
@@ -157,3 +164,33 @@ def test_cluster_slots_judged_from_recorded_cluster_info() -> None:
     assert slots.severity == "critical"
     assert "10923 of 16384" in slots.found
     assert replicas.severity == "ok"
+
+
+async def test_sentinels_and_the_replicas_they_know(redis_sentinel_url: str) -> None:
+    found = by_check(await diagnose(redis_sentinel_url, wait_replicas=1))
+    assert found["redis.sentinel_quorum"].severity == "ok"
+    assert found["redis.sentinel_replicas"].severity == "ok"
+    assert "know 3 Sentinels, quorum 2" in found["redis.sentinel_quorum"].found
+    found = by_check(await diagnose(redis_sentinel_url, wait_replicas=2, timeout=5))
+    assert found["redis.sentinel_replicas"].severity == "error"
+
+
+async def test_a_quorum_the_sentinels_cannot_reach_is_an_error() -> None:
+    with start_redis_sentinel() as deployment:
+        assert isinstance(deployment, RedisSentinelServer)
+        for port in deployment.sentinel_ports:
+            redis_command(port, "SENTINEL", "SET", SENTINEL_SERVICE, "quorum", "4")
+        found = by_check(await diagnose(deployment.url))["redis.sentinel_quorum"]
+    assert found.severity == "error"
+    assert "NOQUORUM" in found.found
+
+
+def test_sentinels_judged_from_recorded_replies() -> None:
+    from agentsessions_redis._diagnosis import sentinel_findings
+
+    view = {"num-other-sentinels": 1, "quorum": 2, "num-slaves": 0}
+    quorum, replicas = sentinel_findings("m", [view, view], [], 0)
+    assert quorum.severity == "warning"  # two Sentinels: one more loss stops failovers
+    assert replicas.severity == "warning"  # nothing to promote
+    (down,) = sentinel_findings("m", [None, None, None], [], 0)
+    assert down.severity == "critical"

@@ -11,6 +11,7 @@ from agentsessions.backend import Finding, clock_skew, finding
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.asyncio.sentinel import SentinelConnectionPool
 
 __all__ = [
     "SETTINGS",
@@ -19,6 +20,7 @@ __all__ = [
     "eviction",
     "persistence",
     "replication",
+    "sentinel_findings",
 ]
 
 #: The ``CONFIG GET`` parameters the checks read.
@@ -207,6 +209,94 @@ def cluster_findings(info: Mapping[str, str], replicas_of: Mapping[str, int]) ->
     return [slots, replicas]
 
 
+def sentinel_findings(
+    service: str,
+    views: list[Mapping[str, Any] | None],
+    quorum_errors: list[str],
+    wait_replicas: int,
+) -> list[Finding]:
+    """``redis.sentinel_quorum`` and ``redis.sentinel_replicas`` from each listed Sentinel's
+    ``SENTINEL MASTER`` reply (None: it did not answer) and the ``CKQUORUM`` refusals."""
+    answered = [view for view in views if view is not None]
+    if not answered:
+        quorum = finding(
+            "redis.sentinel_quorum",
+            "critical",
+            f"none of the {len(views)} Sentinels of the URL answered about {service!r}",
+            "no failover can happen, and clients cannot find the primary",
+            "check that the Sentinels run and monitor this service name",
+        )
+        return [quorum]
+    view = answered[0]
+    known = int(view.get("num-other-sentinels", 0)) + 1
+    needed = int(view.get("quorum", 0))
+    found = (
+        f"{service!r}: {len(answered)} of the URL's {len(views)} Sentinels answered; they "
+        f"know {known} Sentinels, quorum {needed}"
+    )
+    if quorum_errors:
+        quorum = finding(
+            "redis.sentinel_quorum",
+            "error",
+            f"{found}; CKQUORUM: {quorum_errors[0]}",
+            "the Sentinels cannot agree that the primary is down or authorize a failover: "
+            "while it is down, every write fails",
+            "run at least three Sentinels on separate machines, with a quorum of a majority",
+        )
+    elif known < 3 or len(answered) < len(views):
+        quorum = finding(
+            "redis.sentinel_quorum",
+            "warning",
+            found,
+            "losing one more Sentinel (or the machine it shares) stops failovers",
+            "run at least three Sentinels on separate machines, and list them all in the URL",
+        )
+    else:
+        quorum = finding("redis.sentinel_quorum", "ok", found)
+    replicas = int(view.get("num-slaves", 0))
+    seen = (
+        f"the Sentinels know {replicas} replicas of {service!r}; wait_replicas is {wait_replicas}"
+    )
+    if replicas < wait_replicas:
+        known_replicas = finding(
+            "redis.sentinel_replicas",
+            "error",
+            seen,
+            "every write waits wait_timeout for replicas that do not exist, then fails",
+            f"attach at least {wait_replicas} replicas, or lower wait_replicas",
+        )
+    elif replicas == 0:
+        known_replicas = finding(
+            "redis.sentinel_replicas",
+            "warning",
+            seen,
+            "there is no replica to promote: a failover cannot happen",
+            "attach a replica to the primary",
+        )
+    else:
+        known_replicas = finding("redis.sentinel_replicas", "ok", seen)
+    return [quorum, known_replicas]
+
+
+async def _sentinels(pool: SentinelConnectionPool, wait_replicas: int) -> list[Finding]:
+    service = pool.service_name
+    views: list[Mapping[str, Any] | None] = []
+    refusals: list[str] = []
+    for sentinel in pool.sentinel_manager.sentinels:
+        try:
+            views.append(await sentinel.sentinel_master(service))
+        except (redis_errors.RedisError, OSError):
+            views.append(None)  # down, or it does not monitor the service
+            continue
+        try:
+            await sentinel.execute_command("SENTINEL", "CKQUORUM", service)
+        except redis_errors.ResponseError as exc:
+            refusals.append(str(exc))
+        except (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError):
+            views[-1] = None
+    return sentinel_findings(service, views, refusals, wait_replicas)
+
+
 async def _config(run: Any) -> dict[str, str] | None:
     try:
         reply = await run("CONFIG", "GET", *SETTINGS)
@@ -258,6 +348,9 @@ async def diagnose(
     if isinstance(client, Redis):
         run = client.execute_command
         out, _ = await _node_findings("server", run, ttl, wait_replicas)
+        pool = client.connection_pool
+        if isinstance(pool, SentinelConnectionPool):
+            out += await _sentinels(pool, wait_replicas)
         return [*out, await _skew(run)]
     findings: list[Finding] = []
     primaries: list[ClusterNode] = client.get_primaries()
