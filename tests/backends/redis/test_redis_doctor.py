@@ -17,6 +17,7 @@ from agentsessions_testservers import (
     start_redis,
     start_redis_sentinel,
 )
+from redis.asyncio import Redis
 
 PASSWORD = "doc7pw"
 
@@ -194,3 +195,16 @@ def test_sentinels_judged_from_recorded_replies() -> None:
     assert replicas.severity == "warning"  # nothing to promote
     (down,) = sentinel_findings("m", [None, None, None], [], 0)
     assert down.severity == "critical"
+
+
+async def test_the_suites_own_redis_is_judged_by_its_real_settings(redis_url: str) -> None:
+    # The server the suite runs on (CI's, which keeps nothing, or a private one, which
+    # neither does) is read back independently: the doctor's verdict must match it.
+    raw = Redis.from_url(redis_url, decode_responses=True)
+    try:
+        config = {**await raw.config_get("appendonly"), **await raw.config_get("save")}
+    finally:
+        await raw.aclose()
+    found = by_check(await diagnose(redis_url))["redis.persistence"]
+    keeps_nothing = config["appendonly"] == "no" and not config["save"].strip()
+    assert (found.severity == "error") == keeps_nothing, (config, found)
