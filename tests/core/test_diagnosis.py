@@ -114,3 +114,13 @@ def test_schema_versions() -> None:
     assert schema_version("x.schema_version", 2, 3).severity == "info"
     assert schema_version("x.schema_version", 4, 3).severity == "error"
     assert schema_version("x.schema_version", None, 3).severity == "info"
+
+
+def test_the_blocking_manager_diagnoses_too(tmp_path: Path) -> None:
+    from agentsessions.sync import connect as connect_sync
+
+    with connect_sync(f"sqlite:///{tmp_path}/s.db?synchronous=full") as manager:
+        report = manager.diagnose()
+    checks = {f.check: f.severity for f in report.findings}
+    assert checks["sqlite.synchronous"] == "ok"
+    assert report.backend == "SQLiteSessionManager"
