@@ -82,6 +82,8 @@ def _common(url: str) -> dict[str, Finding]:
         ("postgresql://app@127.0.0.1/agents", "ok"),
         ("postgresql://app@[::1]/agents", "ok"),
         ("postgresql://app@localhost/agents", "ok"),
+        ("postgresql:///agents?host=db.example.com", "warning"),
+        ("postgresql:///agents?host=/var/run/postgresql", "ok"),
     ],
 )
 def test_tls_off_to_a_remote_host_is_a_warning(url: str, severity: str) -> None:
@@ -95,6 +97,8 @@ def test_a_password_in_the_url_is_reported_and_never_shown() -> None:
     assert found["common.password"].severity == "info"
     assert PASSWORD not in json.dumps([f.model_dump() for f in found.values()])
     assert _common("postgresql://app@127.0.0.1/agents")["common.password"].severity == "ok"
+    in_query = _common(f"postgresql://app@127.0.0.1/agents?password={PASSWORD}")
+    assert in_query["common.password"].severity == "info"
 
 
 def test_clock_skew_is_judged_beyond_the_measurement_error() -> None:

@@ -160,8 +160,11 @@ def common_findings(manager: SessionManager) -> list[Finding]:
         parts = parse_server_url(url, multi_host=True)
     except ValueError:
         return out  # the backend parses its own URL forms; connect() has accepted it
-    out.append(_tls(parts.scheme, parts.hosts, parts.query, mask_url(url)))
-    out.append(_password(parts.password is not None and parts.password != ""))
+    # libpq takes hosts (and passwords) from the query string too: ?host=a,b&password=...
+    extra = [(h, None) for h in parts.query.get("host", "").split(",") if h]
+    out.append(_tls(parts.scheme, (*parts.hosts, *extra), parts.query, mask_url(url)))
+    in_query = any(k.lower().endswith("password") and v for k, v in parts.query.items())
+    out.append(_password(bool(parts.password) or in_query))
     return out
 
 

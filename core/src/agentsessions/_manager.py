@@ -26,7 +26,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from . import _deadline, _diagnosis, _grouping, _instrumentation, _json, _log
 from ._clock import SYSTEM_CLOCK, Clock
 from ._deadline import ErrorRule
-from ._diagnosis import Diagnosis, Finding
 from ._errors import (
     BackendReadOnlyError,
     BackendTimeoutError,
@@ -1282,10 +1281,11 @@ class SessionManager(abc.ABC):
             await self._ready()
             return await self._purge_expired(self.clock.now())
 
-    async def diagnose(self) -> Diagnosis:
+    async def diagnose(self) -> _diagnosis.Diagnosis:
         """Read the deployment's settings and report each one that could lose, expose or
         wrongly expire sessions, with its consequence and its fix (docs/doctor.md).
-        Changes no setting and writes nothing."""
+        Changes no setting and writes no session (opening, as for any first call, creates
+        or migrates the schema)."""
         async with _deadline.call(self, "diagnose"):
             await self._ready()
             now = self.clock.now()
@@ -1642,7 +1642,7 @@ class SessionManager(abc.ABC):
         """
         return 0
 
-    async def _diagnose(self, now: datetime) -> list[Finding]:
+    async def _diagnose(self, now: datetime) -> list[_diagnosis.Finding]:
         """The backend's own `agentsessions.backend.Finding`s about its server's settings.
 
         Read the settings that decide whether the engine keeps what it acknowledged
