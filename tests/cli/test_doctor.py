@@ -90,3 +90,28 @@ def test_errors_keep_the_usual_exit_codes(
     with pytest.raises(SystemExit) as exited:
         doctor(capsys, "--fail-on", "fatal", "memory://")
     assert exited.value.code == 2
+
+
+def test_the_text_report_prints_brackets_as_they_are(capsys: pytest.CaptureFixture[str]) -> None:
+    from datetime import datetime, timezone
+
+    from agentsessions.backend import finding
+    from agentsessions_cli._doctor import render
+
+    report = Diagnosis(
+        url="redis://[::1]:6379/0",
+        backend="RedisSessionManager",
+        checked_at=datetime.now(timezone.utc),
+        worst="warning",
+        findings=(
+            finding("redis.eviction", "warning", "policy [b]x[/b]", "means [/]", "fix [red]"),
+            finding("common.tls", "ok", "loopback"),
+        ),
+    )
+    render(report, show_ok=False)
+    out = capsys.readouterr().out
+    assert "redis://[::1]:6379/0" in out
+    assert "found: policy [b]x[/b]" in out
+    assert "means: means [/]" in out
+    assert "fix:   fix [red]" in out
+    assert "1 check found nothing wrong (--all lists them)" in out

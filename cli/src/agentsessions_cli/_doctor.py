@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from agentsessions import SEVERITIES, Diagnosis
+from rich.markup import escape
 
 from ._common import EXIT_CODES_HELP, EXIT_OK, console, run
 from ._ops import _connect_to_read
@@ -61,12 +62,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def render(report: Diagnosis, *, show_ok: bool) -> None:
     """The report for a person: one block per finding, worst first."""
-    console.print(f"{report.url} ({report.backend}): worst finding [b]{report.worst}[/b]")
+    console.print(
+        f"{escape(report.url)} ({escape(report.backend)}): worst finding [b]{report.worst}[/b]"
+    )
     for f in report.findings:
         if f.severity == "ok" and not show_ok:
             continue
         style = _STYLE[f.severity]
-        console.print(f"\n[{style}]{f.severity.upper():8}[/{style}] {f.check}", highlight=False)
+        console.print(f"\n[{style}]{f.severity.upper():8}[/{style}] {escape(f.check)}")
         console.print(f"  found: {f.found}", markup=False)
         if f.consequence:
             console.print(f"  means: {f.consequence}", markup=False)
@@ -75,7 +78,8 @@ def render(report: Diagnosis, *, show_ok: bool) -> None:
         console.print(f"  docs:  {f.docs}", markup=False)
     hidden = sum(f.severity == "ok" for f in report.findings)
     if hidden and not show_ok:
-        console.print(f"\n{hidden} checks found nothing wrong (--all lists them)")
+        checks = "check" if hidden == 1 else "checks"
+        console.print(f"\n{hidden} {checks} found nothing wrong (--all lists them)")
 
 
 def _doctor(args: argparse.Namespace) -> int:
