@@ -16,6 +16,7 @@ CLI_VERBS = {
     "chat",
     "copy",
     "demo",
+    "doctor",
     "erase-user",
     "export",
     "import",

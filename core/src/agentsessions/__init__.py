@@ -6,6 +6,7 @@ through the `SessionManager` it returns. Backend authors start at
 """
 
 from ._clock import Clock, SystemClock
+from ._diagnosis import SEVERITIES, Diagnosis, Finding, Severity
 from ._errors import (
     BackendAuthenticationError,
     BackendConflictError,
@@ -63,7 +64,9 @@ __all__ = [
     "Clock",
     "connect",
     "DatabaseNotFoundError",
+    "Diagnosis",
     "Event",
+    "Finding",
     "installed_backends",
     "instrument",
     "InvalidInputError",
@@ -87,6 +90,8 @@ __all__ = [
     "SessionSerializationError",
     "SessionSummary",
     "SessionTooLargeError",
+    "SEVERITIES",
+    "Severity",
     "StorageFullError",
     "SystemClock",
     "uninstrument",

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 
-from . import _deadline, _instrumentation, _log
+from . import _deadline, _diagnosis, _instrumentation, _log
 from ._clock import SYSTEM_CLOCK, Clock
 from ._codec import PLAIN, Codec
 from ._deadline import ErrorRule
@@ -54,6 +54,7 @@ HOOKS = (
     "_compact",
     "_archived",
     "_purge_expired",
+    "_diagnose",
 )
 #: What a backend may set, read or call (besides the hooks): class attributes first.
 HELPERS = (
@@ -524,3 +525,25 @@ class BackendHooks(abc.ABC):
             BackendUnavailableError: the engine failed.
         """
         return 0
+
+    async def _diagnose(self, now: datetime) -> list[_diagnosis.Finding]:
+        """The backend's own `agentsessions.backend.Finding`s about its server's settings.
+
+        Read the settings that decide whether the engine keeps what it acknowledged
+        (durability, eviction, replication, schema version, the clock: see
+        `agentsessions.backend.clock_skew`) and return one finding per check, "ok" ones
+        included. Read-only: change no setting; write at most one probe key or row in
+        the manager's namespace and remove it. The default says the backend has none.
+
+        Raises:
+            BackendUnavailableError: the engine failed.
+        """
+        return [
+            _diagnosis.finding(
+                "backend.checks",
+                "info",
+                f"{type(self).__name__} has no checks of its own",
+                "its server's durability settings were not checked",
+                "ask the backend's authors for a _diagnose hook",
+            )
+        ]

@@ -17,7 +17,16 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import ValidationError
 
-from . import _codec, _compaction, _deadline, _grouping, _instrumentation, _reading, _restore
+from . import (
+    _codec,
+    _compaction,
+    _deadline,
+    _diagnosis,
+    _grouping,
+    _instrumentation,
+    _reading,
+    _restore,
+)
 from ._errors import (
     BackendUnavailableError,
     InvalidInputError,
@@ -487,3 +496,14 @@ class SessionManager(BackendHooks):
         async with _deadline.call(self, "purge_expired"):
             await self._ready()
             return await self._purge_expired(self.clock.now())
+
+    async def diagnose(self) -> _diagnosis.Diagnosis:
+        """Read the deployment's settings and report each one that could lose, expose or
+        wrongly expire sessions, with its consequence and its fix (docs/doctor.md).
+        Changes no setting and writes no session (opening, as for any first call, creates
+        or migrates the schema)."""
+        async with _deadline.call(self, "diagnose"):
+            await self._ready()
+            now = self.clock.now()
+            found = _diagnosis.common_findings(self) + await self._diagnose(now)
+            return _diagnosis.build_report(self, now, found)

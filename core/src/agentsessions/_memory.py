@@ -12,6 +12,7 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
+from ._diagnosis import Finding, finding
 from ._errors import SessionConflictError, SessionExistsError, SessionNotFoundError
 from ._manager import ManagerOptions, SessionManager
 from ._models import SessionSummary
@@ -217,3 +218,14 @@ class MemorySessionManager(SessionManager):
             for sid in doomed:
                 del space[sid]
         return len(doomed)
+
+    async def _diagnose(self, now: datetime) -> list[Finding]:
+        return [
+            finding(
+                "memory.persistence",
+                "warning",
+                "memory:// keeps sessions in this process's memory",
+                "every session is lost when the process ends; other processes never see them",
+                "use a persistent backend: sqlite:////path/sessions.db or a server",
+            )
+        ]

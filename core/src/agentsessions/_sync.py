@@ -31,6 +31,7 @@ from collections.abc import Callable, Coroutine, Iterator, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
+from ._diagnosis import Diagnosis
 from ._errors import (
     InvalidInputError,
     ManagerClosedError,
@@ -327,6 +328,11 @@ class SyncSessionManager:
     def purge_expired(self) -> int:
         """Remove expired sessions now; returns how many."""
         return self._run(self._manager.purge_expired())
+
+    def diagnose(self) -> Diagnosis:
+        """The deployment's settings that could lose or expose sessions (see
+        `SessionManager.diagnose`)."""
+        return self._run(self._manager.diagnose())
 
     def compact(
         self,

@@ -37,6 +37,7 @@ What every hook may rely on, and must honour:
 """
 
 from ._deadline import ErrorRule
+from ._diagnosis import Finding, Severity, clock_skew, finding, schema_version
 from ._loops import LoopLock, PerLoop
 from ._manager import (
     MAX_LAST_EVENTS,
@@ -92,6 +93,7 @@ __all__ = [
     "CompactRequest",
     "ErrorRule",
     "EventRecord",
+    "Finding",
     "LoadedSession",
     "LoopLock",
     "ManagerOptions",
@@ -102,8 +104,10 @@ __all__ = [
     "ServerURL",
     "SessionManager",
     "SessionRecord",
+    "Severity",
     "TOKENS_KEPT",
     "Timeout",
+    "clock_skew",
     "decode_cursor",
     "decode_events",
     "decode_record",
@@ -111,12 +115,14 @@ __all__ = [
     "encode_cursor",
     "encode_record",
     "expiry_millis",
+    "finding",
     "from_micros",
     "hookimpl",
     "hookspec",
     "mask_url",
     "parse_server_url",
     "refused",
+    "schema_version",
     "scrub_secret",
     "split_url",
     "stamp_lineage",

@@ -59,6 +59,7 @@ from agentsessions.backend import (
     CompactRequest,
     ErrorRule,
     EventRecord,
+    Finding,
     LoadedSession,
     ManagerOptions,
     SaveRequest,
@@ -88,6 +89,7 @@ from pymongo.errors import (
     PyMongoError,
 )
 
+from . import _diagnosis
 from . import _erasure as erasure
 from ._layout import (
     PENDING,
@@ -766,6 +768,9 @@ class MongoSessionManager(SessionManager):
             .to_list(None)
         )
         return [record_of({**doc, "state": ""}).summary() for doc in docs]
+
+    async def _diagnose(self, now: datetime) -> list[Finding]:
+        return await _diagnosis.diagnose(self._links.current())
 
     async def _purge_expired(self, now: datetime) -> int:
         """Delete expired sessions with their events, then events no session owns (see

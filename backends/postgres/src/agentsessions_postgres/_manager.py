@@ -44,6 +44,7 @@ from agentsessions.backend import (
     CompactRequest,
     ErrorRule,
     EventRecord,
+    Finding,
     LoadedSession,
     ManagerOptions,
     SaveRequest,
@@ -51,9 +52,11 @@ from agentsessions.backend import (
     SessionRecord,
     decode_events,
     encode_record,
+    parse_server_url,
     refused,
 )
 
+from . import _diagnosis
 from ._options import DRIVER_QUERY_PARAMS, PostgresOptions, check_url
 from ._schema import (
     LATEST_VERSION,
@@ -231,6 +234,14 @@ class PostgresSessionManager(SessionManager):
         """Pool init: bring the schema to `LATEST_VERSION` (see `migrate`)."""
         found = await migrate(connection, self.options.schema, self._transaction)
         self._migrations_applied(found, LATEST_VERSION)
+
+    async def _diagnose(self, now: datetime) -> list[Finding]:
+        parts = parse_server_url(self._url, multi_host=True)
+        hosts = max(len(parts.hosts), len(parts.query.get("host", "").split(",")))
+        async with self._connection() as connection:
+            return await _diagnosis.diagnose(
+                connection, self.options.schema, hosts, self.options.max_pool_size
+            )
 
     @asynccontextmanager
     async def _connection(

@@ -35,6 +35,7 @@ from agentsessions.backend import (
     CompactRequest,
     ErrorRule,
     EventRecord,
+    Finding,
     LoadedSession,
     ManagerOptions,
     SaveRequest,
@@ -56,7 +57,7 @@ from redis.asyncio.sentinel import MasterNotFoundError, SentinelConnectionPool
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.commands.core import AsyncScript
 
-from . import _scripts
+from . import _diagnosis, _scripts
 from ._client import CLUSTER_SCHEMES, check_url, make_client
 from ._keys import KeyLayout, global_member, split_global_member
 from ._options import DRIVER_QUERY_PARAMS, RedisOptions
@@ -285,6 +286,9 @@ class RedisSessionManager(SessionManager):
             compact=client.register_script(_scripts.COMPACT),
             archived=client.register_script(_scripts.ARCHIVED),
         )
+
+    async def _diagnose(self, now: datetime) -> list[Finding]:
+        return await _diagnosis.diagnose(self.client, self.options.ttl, self.options.wait_replicas)
 
     # -- one session --------------------------------------------------------------------
 

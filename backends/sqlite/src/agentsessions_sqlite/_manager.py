@@ -28,6 +28,7 @@ from agentsessions.backend import (
     CompactRequest,
     ErrorRule,
     EventRecord,
+    Finding,
     LoadedSession,
     ManagerOptions,
     SaveRequest,
@@ -37,10 +38,12 @@ from agentsessions.backend import (
     decode_record,
     decode_summary,
     encode_record,
+    finding,
     refused,
     to_micros,
 )
 
+from . import _diagnosis
 from . import _statements as sql
 from ._connection import Link, connect, is_busy
 from ._options import SQLiteOptions
@@ -405,6 +408,20 @@ class SQLiteSessionManager(SessionManager):
         if self._reader is not self._writer:
             await self._reader.close()
         await self._writer.close()
+
+    async def _diagnose(self, now: datetime) -> list[Finding]:
+        if self.in_memory:
+            return [
+                finding(
+                    "sqlite.memory",
+                    "warning",
+                    "sqlite:///:memory: is a private in-memory database",
+                    "every session is lost when the manager closes or the process ends",
+                    "use a file: sqlite:////absolute/path/sessions.db",
+                )
+            ]
+        mode, level, stored = await self._writer.call(_diagnosis.pragmas)
+        return _diagnosis.diagnose_file(self.path, mode, level, stored)
 
     # -- hooks ----------------------------------------------------------------------------
 

@@ -112,7 +112,9 @@ def _os_user() -> str | None:
     return _PG_USER
 
 
-def _build(bindir: Path, user: str | None, start_timeout: float) -> ProcessServer:
+def _build(
+    bindir: Path, user: str | None, start_timeout: float, settings: dict[str, str] | None = None
+) -> ProcessServer:
     workdir = _own_workdir("postgres", user)
     datadir = workdir / "data"
     log_path = workdir / "server.log"
@@ -126,7 +128,7 @@ def _build(bindir: Path, user: str | None, start_timeout: float) -> ProcessServe
         workdir,
         log_path,
         user,
-        {"synchronous_commit": "off", "full_page_writes": "off"},
+        {"synchronous_commit": "off", "full_page_writes": "off", **(settings or {})},
     )
     return ProcessServer(
         kind="postgres",
@@ -209,17 +211,21 @@ def _server_process(
     )
 
 
-def start_postgres(*, start_timeout: float = 30.0) -> ManagedServer:
+def start_postgres(
+    *, start_timeout: float = 30.0, settings: dict[str, str] | None = None
+) -> ManagedServer:
     """Start a private PostgreSQL on a free loopback port and return it running.
 
     initdb runs in a fresh ``tempfile.mkdtemp`` directory with trust auth; the server
-    runs with fsync off (test data is disposable) and its unix socket inside that
-    directory. As root, both run as the ``postgres`` OS user. ``stop()``/``start()``
-    keep the port and the data. Raises :class:`ServerUnavailable` if it cannot.
+    runs with fsync, full_page_writes and synchronous_commit off (test data is
+    disposable; *settings*, as ``-c name=value``, override these) and its unix socket
+    inside that directory. As root, both run as the ``postgres`` OS user.
+    ``stop()``/``start()`` keep the port and the data. Raises :class:`ServerUnavailable`
+    if it cannot.
     """
     bindir = find_postgres_bindir()
     user = _os_user()
-    return start_with_port_retry(lambda: _build(bindir, user, start_timeout))
+    return start_with_port_retry(lambda: _build(bindir, user, start_timeout, settings))
 
 
 def _children_of(pid: int) -> list[int]:
