@@ -18,6 +18,7 @@ from ._errors import (
     InvalidOptionError,
     InvalidSessionIdError,
     ManagerClosedError,
+    OperationNotSupportedError,
     PartialSessionError,
     SessionConflictError,
     SessionDecryptionError,
@@ -33,7 +34,7 @@ from ._errors import (
 from ._instrumentation import instrument, uninstrument
 from ._manager import ManagerOptions, SessionManager, check_restorable
 from ._memory import MemorySessionManager
-from ._models import Event, Session, SessionPage, SessionSummary
+from ._models import Event, ForkOrigin, Session, SessionPage, SessionSummary
 from ._records import Capabilities
 from ._registry import (
     BackendProblem,
@@ -64,6 +65,7 @@ __all__ = [
     "connect",
     "DatabaseNotFoundError",
     "Event",
+    "ForkOrigin",
     "installed_backends",
     "instrument",
     "InvalidInputError",
@@ -71,6 +73,7 @@ __all__ = [
     "InvalidSessionIdError",
     "ManagerClosedError",
     "ManagerOptions",
+    "OperationNotSupportedError",
     "mask_url",
     "MemorySessionManager",
     "PartialSessionError",

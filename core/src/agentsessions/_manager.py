@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from . import _deadline, _grouping, _instrumentation, _json, _log
+from . import _branching, _deadline, _grouping, _instrumentation, _json, _log
 from ._clock import SYSTEM_CLOCK, Clock
 from ._deadline import ErrorRule
 from ._errors import (
@@ -34,6 +34,7 @@ from ._errors import (
     InvalidOptionError,
     InvalidSessionIdError,
     ManagerClosedError,
+    OperationNotSupportedError,
     PartialSessionError,
     SessionConflictError,
     SessionDecryptionError,
@@ -45,12 +46,14 @@ from ._errors import (
     SessionTooLargeError,
 )
 from ._loops import LoopLock, PerLoop
-from ._models import Event, Session, SessionPage, SessionSummary, all_unsent, mark_sent
+from ._models import Event, ForkOrigin, Session, SessionPage, SessionSummary, all_unsent, mark_sent
 from ._records import (
     Capabilities,
     CompactRequest,
     EventRecord,
+    ForkRequest,
     LoadedSession,
+    RewindRequest,
     SaveRequest,
     SessionRecord,
     decode_cursor,
@@ -533,6 +536,7 @@ class SessionManager(abc.ABC):
             created_at=record.created_at,
             updated_at=record.updated_at,
             version=record.version,
+            forked_from=record.forked_from,
         )
         mark_loaded(restored, lineage=record.lineage)
         return restored
@@ -577,6 +581,7 @@ class SessionManager(abc.ABC):
             partial=last_events is not None,
             lineage=record.lineage,
             shift=shift,
+            forked_from=record.forked_from,
         )
 
     async def get_or_create(
@@ -826,6 +831,62 @@ class SessionManager(abc.ABC):
         if self.encryption is None:
             return events
         return self.encryption.open_archived(self.options.namespace, session_id, events)
+
+    async def fork(
+        self,
+        source_id: str,
+        new_id: str,
+        *,
+        through_event_id: str | None = None,
+        user_id: str | None = None,
+        state: dict[str, Any] | None = None,
+    ) -> SessionSummary:
+        """Create *new_id* holding *source_id*'s events up to and including
+        *through_event_id* (default: all) and its state (or *state*), in one atomic step.
+
+        The engine copies the events (they never travel through the client, except
+        when encrypting: ciphertexts are bound to their session, so they are read,
+        decrypted and sealed again under *new_id*); the copy is one consistent
+        snapshot of one version of the source, which is never modified. Never
+        overwrites: `SessionExistsError` if *new_id* is live, and nothing is written.
+        *user_id*, when given, must own the source (`SessionOwnershipError`); the fork
+        is owned by the source's owner. The fork starts at version 1 with a lineage of
+        its own and records ``forked_from`` (source id, source version, cut event id).
+        Returns the fork's summary. `OperationNotSupportedError` on a backend without
+        ``capabilities.branching``.
+        """
+        source = validate_id(source_id, "source_id")
+        new = validate_id(new_id, "new_id")
+        through = _optional_id(through_event_id, "through_event_id")
+        owner = _optional_id(user_id, "user_id")
+        spec = _branching.check_fork(self, source, new, through, owner, state)
+        async with _deadline.call(self, "fork"):
+            await self._ready()
+            record = await _branching.fork(self, spec, self.clock.now(), new_lineage())
+        return record.summary()
+
+    async def rewind(self, session: Session, through_event_id: str, *, archive: bool = False) -> None:
+        """Keep the events up to and including *through_event_id*, drop the rest.
+
+        Atomic and version-checked like a save (`SessionConflictError` if another write
+        landed since *session* was loaded; nothing is written); it costs what it drops,
+        and *session* may be loaded with ``last_events`` as long as its events include
+        *through_event_id*. ``archive=True`` keeps the dropped events in the session's
+        archive (`archived_events`). State is not written. On success *session* holds
+        the kept events at the new version. `OperationNotSupportedError` on a backend
+        without ``capabilities.branching``.
+        """
+        if not isinstance(session, Session):
+            raise InvalidInputError(f"rewind() takes a Session, not {type(session).__name__}")
+        validate_id(session.session_id)
+        through = validate_id(through_event_id, "through_event_id")
+        plan = _branching.check_rewind(self, session, through, archive)
+        async with _deadline.call(self, "rewind"):
+            await self._ready()
+            now = self.clock.now()
+            request = plan.request(now, self._expiry(now), new_token(), new_lineage())
+            await self._rewind(request, now)
+        _branching.rewound(plan, request)
 
     def _encode_state(self, state: object) -> str:
         """The state as stored JSON text, after every check; raises before any I/O."""
@@ -1200,6 +1261,7 @@ class SessionManager(abc.ABC):
             partial=partial,
             lineage=record.lineage,
             shift=shift,
+            forked_from=record.forked_from,
         )
 
     async def _save_until_answered(self, session: Session) -> None:
@@ -1250,14 +1312,24 @@ class SessionManager(abc.ABC):
             return await self._delete_user(user_id, self.clock.now())
 
     async def list_sessions(
-        self, *, user_id: str | None = None, limit: int = 100, cursor: str | None = None
+        self,
+        *,
+        user_id: str | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+        forked_from: str | None = None,
     ) -> SessionPage:
         """A page of summaries, newest created first (ties by id, descending).
 
         The order never changes for a stored session, so paging with ``next_cursor``
-        visits each session once even while others are saved.
+        visits each session once even while others are saved. ``forked_from=ID``
+        lists only the forks made from session ID (`fork`; needs
+        ``capabilities.branching``).
         """
         _optional_id(user_id, "user_id")
+        _optional_id(forked_from, "forked_from")
+        if forked_from is not None:
+            _branching.require_branching(self, "list_sessions(forked_from=...)")
         if type(limit) is not int or not 1 <= limit <= MAX_PAGE_SIZE:
             raise InvalidInputError(
                 f"limit must be an int from 1 to {MAX_PAGE_SIZE}, not {limit!r}"
@@ -1267,7 +1339,11 @@ class SessionManager(abc.ABC):
             validate_id(after[1], "cursor")  # hooks may take it for a stored id
         async with _deadline.call(self, "list_sessions"):
             await self._ready()
-            items = await self._list(user_id, limit + 1, after, self.clock.now())
+            now = self.clock.now()
+            if forked_from is None:
+                items = await self._list(user_id, limit + 1, after, now)
+            else:
+                items = await self._list_forks(forked_from, user_id, limit + 1, after, now)
         if len(items) <= limit:
             return SessionPage(items=items, next_cursor=None)
         last = items[limit - 1]
@@ -1612,6 +1688,49 @@ class SessionManager(abc.ABC):
         """
         raise NotImplementedError(f"{type(self).__name__} does not implement compaction")
 
+    async def _fork(self, request: ForkRequest, now: datetime) -> SessionRecord:
+        """Apply one fork atomically, the engine copying the events (see `ForkRequest`).
+
+        Backends that implement it (with `_rewind` and `_list_forks`) set
+        ``capabilities.branching``; the default raises `OperationNotSupportedError`.
+
+        Returns:
+            The new session's record as stored (``forked_from`` set).
+
+        Raises:
+            SessionNotFoundError: the source is not live; nothing was written.
+            SessionOwnershipError: ``request.user_id`` does not own the source.
+            SessionExistsError: ``request.session_id`` is live; nothing was written.
+            InvalidInputError: the source holds no event ``request.through_event_id``.
+            BackendUnavailableError: the engine failed; nothing was written.
+        """
+        raise OperationNotSupportedError(type(self).__name__, "fork", "branching")
+
+    async def _rewind(self, request: RewindRequest, now: datetime) -> None:
+        """Apply one rewind atomically: drop the events from ``request.keep`` on (see
+        `RewindRequest`), O(dropped) whatever the history's length.
+
+        Raises:
+            SessionConflictError: the stored version or lineage is not the expected one.
+            SessionNotFoundError: no live session has the id; nothing was written.
+            BackendUnavailableError: the engine failed. Raise it only if the rewind did
+                not land, or say in the message that its outcome is unknown.
+        """
+        raise OperationNotSupportedError(type(self).__name__, "rewind", "branching")
+
+    async def _list_forks(
+        self,
+        source_id: str,
+        user_id: str | None,
+        limit: int,
+        after: tuple[datetime, str] | None,
+        now: datetime,
+    ) -> list[SessionSummary]:
+        """One page of the live sessions forked from *source_id* (``forked_from``'s
+        session id), and owned by *user_id* unless it is None; ordered and paged
+        exactly as `_list`."""
+        raise OperationNotSupportedError(type(self).__name__, "list_sessions", "branching")
+
     async def _purge_expired(self, now: datetime) -> int:
         """Delete the sessions (and their events) that expired at *now*.
 
@@ -1679,9 +1798,23 @@ def check_restorable(session: object) -> Restorable:
             updated_at=updated_at,
             expires_at=None,
             event_count=len(encoded),
+            forked_from=_fork_origin(session.forked_from),
         ),
         encoded,
     )
+
+
+def _fork_origin(value: object) -> ForkOrigin | None:
+    """A restored session's ``forked_from``, checked (it is stored as given)."""
+    if value is None:
+        return None
+    if not isinstance(value, ForkOrigin):
+        raise InvalidInputError(f"forked_from must be a ForkOrigin or None, not {value!r}")
+    validate_id(value.session_id, "forked_from.session_id")
+    _optional_id(value.event_id, "forked_from.event_id")
+    if type(value.version) is not int or value.version < 1:
+        raise InvalidInputError(f"forked_from.version must be an int >= 1, not {value.version!r}")
+    return value
 
 
 _NO_IDS: frozenset[str] = frozenset()

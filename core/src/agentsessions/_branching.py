@@ -1,0 +1,213 @@
+"""Fork and rewind: the checks, requests and encrypted path behind `SessionManager.fork`,
+`SessionManager.rewind` and ``list_sessions(forked_from=...)``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from ._errors import (
+    InvalidInputError,
+    OperationNotSupportedError,
+    SessionNotFoundError,
+    SessionOwnershipError,
+)
+from ._models import ForkOrigin, Session
+from ._records import ForkRequest, RewindRequest, SessionRecord, encode_event
+from ._tracking import LoadedState, mark_loaded
+
+if TYPE_CHECKING:
+    from ._manager import SessionManager
+
+__all__ = [
+    "ForkSpec",
+    "RewindPlan",
+    "check_fork",
+    "check_rewind",
+    "fork",
+    "require_branching",
+    "rewound",
+]
+
+
+def require_branching(manager: SessionManager, operation: str) -> None:
+    """`OperationNotSupportedError` unless the backend declares ``capabilities.branching``."""
+    if not manager.capabilities.branching:
+        raise OperationNotSupportedError(type(manager).__name__, operation, "branching")
+
+
+@dataclass(frozen=True, slots=True)
+class ForkSpec:
+    """A fork's arguments, checked: what `fork` turns into a request once it knows "now"."""
+
+    source_id: str
+    session_id: str
+    through_event_id: str | None
+    user_id: str | None
+    #: The state given, as JSON text (unsealed), or None to keep the source's.
+    state: str | None
+
+
+def check_fork(
+    manager: SessionManager,
+    source_id: str,
+    session_id: str,
+    through_event_id: str | None,
+    user_id: str | None,
+    state: object,
+) -> ForkSpec:
+    """What `SessionManager.fork` checks before any I/O once its ids are validated;
+    raises what it would."""
+    if session_id == source_id:
+        raise InvalidInputError(f"a fork needs a new id, not the source's own ({source_id!r})")
+    state_json = None if state is None else manager._encode_state(state)
+    require_branching(manager, "fork")
+    return ForkSpec(source_id, session_id, through_event_id, user_id, state_json)
+
+
+async def fork(manager: SessionManager, spec: ForkSpec, now: datetime, lineage: str) -> SessionRecord:
+    """Run a checked fork: the backend's `_fork`, or, when encrypting, the sealed path.
+
+    Ciphertexts are bound to their session (the key is derived per session id), so an
+    encrypted fork cannot copy them inside the engine: it reads the source once,
+    decrypts, seals under the new id and stores the whole fork with one `_restore`.
+    """
+    if manager.encryption is None:
+        request = ForkRequest(
+            source_id=spec.source_id,
+            session_id=spec.session_id,
+            through_event_id=spec.through_event_id,
+            state=spec.state,
+            user_id=spec.user_id,
+            created_at=now,
+            expires_at=manager._expiry(now),
+            lineage=lineage,
+        )
+        return await manager._fork(request, now)
+    return await _fork_sealed(manager, spec, now, lineage)
+
+
+async def _fork_sealed(
+    manager: SessionManager, spec: ForkSpec, now: datetime, lineage: str
+) -> SessionRecord:
+    loaded = await manager._load(spec.source_id, None, now)
+    if loaded is None:
+        raise SessionNotFoundError(spec.source_id)
+    source = loaded.record
+    if spec.user_id is not None and source.user_id != spec.user_id:
+        raise SessionOwnershipError(spec.source_id, spec.user_id)
+    events, _ = manager._open_events(spec.source_id, loaded.events, 0)
+    count = len(events)
+    if spec.through_event_id is not None:
+        count = 1 + _index_of(events, spec.through_event_id, spec.source_id)
+    kept = list(events[:count])
+    plain = [encode_event(event, index, f"events[{index}]") for index, event in enumerate(kept)]
+    sealed = manager._seal_events(spec.session_id, kept, 0, plain)
+    state = (
+        manager._open_state(spec.source_id, source.state) if spec.state is None else spec.state
+    )
+    record = SessionRecord(
+        session_id=spec.session_id,
+        user_id=source.user_id,
+        state=manager._seal_state(spec.session_id, state),
+        version=1,
+        created_at=now,
+        updated_at=now,
+        expires_at=manager._expiry(now),
+        event_count=count,
+        lineage=lineage,
+        forked_from=ForkOrigin(
+            session_id=spec.source_id, version=source.version, event_id=spec.through_event_id
+        ),
+    )
+    await manager._restore(record, sealed, now)
+    return record
+
+
+def _index_of(events: Any, event_id: str, session_id: str) -> int:
+    for index, event in enumerate(events):
+        if event.id == event_id:
+            return index
+    raise InvalidInputError(f"session {session_id!r} holds no event with id {event_id!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class RewindPlan:
+    """A rewind's arguments, checked against the session's tracking."""
+
+    session: Session
+    loaded: LoadedState
+    #: How many of the loaded events stay.
+    kept_in_window: int
+    archive: bool
+
+    @property
+    def keep(self) -> int:
+        """How many events of the whole history stay."""
+        return self.loaded.offset + self.kept_in_window
+
+    def request(
+        self, now: datetime, expires_at: datetime | None, token: str, lineage: str
+    ) -> RewindRequest:
+        loaded = self.loaded
+        return RewindRequest(
+            session_id=self.session.session_id,
+            expected_version=loaded.version,
+            version=loaded.version + 1,
+            updated_at=now,
+            expires_at=expires_at,
+            stored_event_count=loaded.offset + len(loaded.events),
+            keep=self.keep,
+            archive=self.archive,
+            token=token,
+            lineage=lineage,
+            expected_lineage=loaded.lineage,
+        )
+
+
+def check_rewind(
+    manager: SessionManager, session: Session, through: str, archive: object
+) -> RewindPlan:
+    """What `SessionManager.rewind` checks before any I/O once its ids are validated;
+    raises what it would."""
+    session_id = session.session_id
+    if type(archive) is not bool:
+        raise InvalidInputError(f"archive must be a bool, not {archive!r}")
+    require_branching(manager, "rewind")
+    loaded = manager._tracking_of(session)
+    if loaded is None:
+        raise InvalidInputError(
+            f"session {session_id!r} was not loaded by a manager: rewind() needs the "
+            "version and position of its events; get() it first"
+        )
+    window = session.events
+    if (
+        not isinstance(window, list)
+        or loaded.unchanged_prefix(window) != len(loaded.events)
+        or len(window) != len(loaded.events)
+    ):
+        raise InvalidInputError(
+            f"session {session_id!r} has unsaved changes to its events: save() it "
+            "before rewinding"
+        )
+    cut = next((i for i, event in enumerate(loaded.events) if event.id == through), None)
+    if cut is None:
+        where = "the events loaded" if loaded.partial else "the session"
+        raise InvalidInputError(
+            f"session {session_id!r}: no event with id {through!r} in {where} "
+            "(load it with enough last_events to include the cut)"
+        )
+    return RewindPlan(session, loaded, cut + 1, archive)
+
+
+def rewound(plan: RewindPlan, request: RewindRequest) -> None:
+    """Bring the caller's session in step with a rewind that landed."""
+    loaded, session = plan.loaded, plan.session
+    shift = loaded.shift
+    session.events = list(loaded.events[: plan.kept_in_window])
+    session.version = request.version
+    session.updated_at = request.updated_at
+    mark_loaded(session, offset=loaded.offset, partial=loaded.partial, lineage=request.lineage)
+    if session._loaded is not None:
+        session._loaded.shift = shift
