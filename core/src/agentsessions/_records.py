@@ -43,6 +43,7 @@ __all__ = [
     "decode_summary",
     "encode_record",
     "expiry_millis",
+    "fork_fields",
     "fork_origin",
     "refused",
     "encode_cursor",
@@ -222,8 +223,9 @@ def unstamp_lineage(stored: str | bytes | None, version: int | str | bytes | Non
 
 
 def decode_summary(fields: Sequence[Any]) -> SessionSummary:
-    """A `SessionSummary` from an engine's row in its field order, as `decode_record`."""
-    session_id, user_id, created, updated, count, version = fields
+    """A `SessionSummary` from an engine's row in its field order, as `decode_record`
+    (the three fields of `fork_origin` may follow)."""
+    session_id, user_id, created, updated, count, version, *origin = fields
     return SessionSummary(
         _text(session_id),
         None if user_id is None else _text(user_id),
@@ -231,7 +233,16 @@ def decode_summary(fields: Sequence[Any]) -> SessionSummary:
         _when(updated),
         int(count),
         int(version),
+        fork_origin(*origin) if len(origin) == 3 else None,
     )
+
+
+def fork_fields(record: SessionRecord) -> tuple[str | None, int | None, str | None]:
+    """*record*'s ``forked_from`` as the three nullable fields `fork_origin` reads."""
+    origin = record.forked_from
+    if origin is None:
+        return (None, None, None)
+    return (origin.session_id, origin.version, origin.event_id)
 
 
 def _text(value: str | bytes) -> str:
