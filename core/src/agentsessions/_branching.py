@@ -26,6 +26,7 @@ __all__ = [
     "check_fork",
     "check_rewind",
     "fork",
+    "fork_by_copy",
     "require_branching",
     "rewound",
 ]
@@ -67,61 +68,69 @@ def check_fork(
 
 
 async def fork(manager: SessionManager, spec: ForkSpec, now: datetime, lineage: str) -> SessionRecord:
-    """Run a checked fork: the backend's `_fork`, or, when encrypting, the sealed path.
+    """Run a checked fork: the backend's `_fork`, or, when encrypting, `fork_by_copy`.
 
     Ciphertexts are bound to their session (the key is derived per session id), so an
     encrypted fork cannot copy them inside the engine: it reads the source once,
     decrypts, seals under the new id and stores the whole fork with one `_restore`.
     """
+    request = ForkRequest(
+        source_id=spec.source_id,
+        session_id=spec.session_id,
+        through_event_id=spec.through_event_id,
+        state=spec.state,
+        user_id=spec.user_id,
+        created_at=now,
+        expires_at=manager._expiry(now),
+        lineage=lineage,
+    )
     if manager.encryption is None:
-        request = ForkRequest(
-            source_id=spec.source_id,
-            session_id=spec.session_id,
-            through_event_id=spec.through_event_id,
-            state=spec.state,
-            user_id=spec.user_id,
-            created_at=now,
-            expires_at=manager._expiry(now),
-            lineage=lineage,
-        )
         return await manager._fork(request, now)
-    return await _fork_sealed(manager, spec, now, lineage)
+    return await fork_by_copy(manager, request, now)
 
 
-async def _fork_sealed(
-    manager: SessionManager, spec: ForkSpec, now: datetime, lineage: str
-) -> SessionRecord:
-    loaded = await manager._load(spec.source_id, None, now)
+async def fork_by_copy(manager: SessionManager, request: ForkRequest, now: datetime) -> SessionRecord:
+    """A fork made of the mandatory hooks: one `_load` of the source, one `_restore`.
+
+    For a backend whose engine cannot copy between the two sessions (keys in two Redis
+    Cluster slots) and for encrypted managers. The events travel through the client,
+    but the fork is still one consistent snapshot (the load's) stored whole or not at
+    all, and it never overwrites. With encryption the events and the state are opened
+    as the source's and sealed again as the fork's (``request.state`` is then plain
+    JSON text).
+    """
+    source_id, new_id = request.source_id, request.session_id
+    loaded = await manager._load(source_id, None, now)
     if loaded is None:
-        raise SessionNotFoundError(spec.source_id)
+        raise SessionNotFoundError(source_id)
     source = loaded.record
-    if spec.user_id is not None and source.user_id != spec.user_id:
-        raise SessionOwnershipError(spec.source_id, spec.user_id)
-    events, _ = manager._open_events(spec.source_id, loaded.events, 0)
+    if request.user_id is not None and source.user_id != request.user_id:
+        raise SessionOwnershipError(source_id, request.user_id)
+    events, _ = manager._open_events(source_id, loaded.events, 0)
     count = len(events)
-    if spec.through_event_id is not None:
-        count = 1 + _index_of(events, spec.through_event_id, spec.source_id)
+    if request.through_event_id is not None:
+        count = 1 + _index_of(events, request.through_event_id, source_id)
     kept = list(events[:count])
     plain = [encode_event(event, index, f"events[{index}]") for index, event in enumerate(kept)]
-    sealed = manager._seal_events(spec.session_id, kept, 0, plain)
-    state = (
-        manager._open_state(spec.source_id, source.state) if spec.state is None else spec.state
-    )
+    stored = manager._seal_events(new_id, kept, 0, plain)
+    state = request.state
+    if state is None:
+        state = manager._open_state(source_id, source.state)
     record = SessionRecord(
-        session_id=spec.session_id,
+        session_id=new_id,
         user_id=source.user_id,
-        state=manager._seal_state(spec.session_id, state),
+        state=manager._seal_state(new_id, state),
         version=1,
-        created_at=now,
-        updated_at=now,
-        expires_at=manager._expiry(now),
+        created_at=request.created_at,
+        updated_at=request.created_at,
+        expires_at=request.expires_at,
         event_count=count,
-        lineage=lineage,
+        lineage=request.lineage,
         forked_from=ForkOrigin(
-            session_id=spec.source_id, version=source.version, event_id=spec.through_event_id
+            session_id=source_id, version=source.version, event_id=request.through_event_id
         ),
     )
-    await manager._restore(record, sealed, now)
+    await manager._restore(record, stored, now)
     return record
 
 

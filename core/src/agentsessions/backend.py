@@ -36,6 +36,7 @@ What every hook may rely on, and must honour:
   lock shared by all loops is a `LoopLock`, never an ``asyncio.Lock``.
 """
 
+from ._branching import fork_by_copy
 from ._deadline import ErrorRule
 from ._loops import LoopLock, PerLoop
 from ._manager import (
@@ -117,6 +118,7 @@ __all__ = [
     "encode_cursor",
     "encode_record",
     "expiry_millis",
+    "fork_by_copy",
     "fork_fields",
     "fork_origin",
     "from_micros",
