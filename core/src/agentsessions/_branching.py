@@ -67,7 +67,9 @@ def check_fork(
     return ForkSpec(source_id, session_id, through_event_id, user_id, state_json)
 
 
-async def fork(manager: SessionManager, spec: ForkSpec, now: datetime, lineage: str) -> SessionRecord:
+async def fork(
+    manager: SessionManager, spec: ForkSpec, now: datetime, lineage: str
+) -> SessionRecord:
     """Run a checked fork: the backend's `_fork`, or, when encrypting, `fork_by_copy`.
 
     Ciphertexts are bound to their session (the key is derived per session id), so an
@@ -89,7 +91,9 @@ async def fork(manager: SessionManager, spec: ForkSpec, now: datetime, lineage: 
     return await fork_by_copy(manager, request, now)
 
 
-async def fork_by_copy(manager: SessionManager, request: ForkRequest, now: datetime) -> SessionRecord:
+async def fork_by_copy(
+    manager: SessionManager, request: ForkRequest, now: datetime
+) -> SessionRecord:
     """A fork made of the mandatory hooks: one `_load` of the source, one `_restore`.
 
     For a backend whose engine cannot copy between the two sessions (keys in two Redis
@@ -197,8 +201,7 @@ def check_rewind(
         or len(window) != len(loaded.events)
     ):
         raise InvalidInputError(
-            f"session {session_id!r} has unsaved changes to its events: save() it "
-            "before rewinding"
+            f"session {session_id!r} has unsaved changes to its events: save() it before rewinding"
         )
     cut = next((i for i, event in enumerate(loaded.events) if event.id == through), None)
     if cut is None:

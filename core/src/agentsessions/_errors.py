@@ -17,7 +17,7 @@ wrong before any I/O happens also derives from `ValueError`, so
     │   ├── InvalidSessionIdError    empty, blank, too long or not a string
     │   └── InvalidOptionError       an unknown connect() option or a bad value for one
     ├── UnknownBackendError          no installed backend handles the URL's scheme
-    ├── OperationNotSupportedError   an optional operation this backend lacks (also NotImplementedError)
+    ├── OperationNotSupportedError   an optional operation the backend lacks (NotImplementedError)
     ├── BackendConflictError         several distributions claim one URL scheme
     ├── BackendPluginError           the plugin serving a URL scheme is broken
     ├── BackendUnavailableError      the server cannot be reached (the URL is masked)

@@ -865,7 +865,9 @@ class SessionManager(abc.ABC):
             record = await _branching.fork(self, spec, self.clock.now(), new_lineage())
         return record.summary()
 
-    async def rewind(self, session: Session, through_event_id: str, *, archive: bool = False) -> None:
+    async def rewind(
+        self, session: Session, through_event_id: str, *, archive: bool = False
+    ) -> None:
         """Keep the events up to and including *through_event_id*, drop the rest.
 
         Atomic and version-checked like a save (`SessionConflictError` if another write

@@ -88,7 +88,9 @@ class MemorySessionManager(SessionManager):
         else:
             self._store = _Store()
             # A private store is seen by this manager alone, not by with_options() copies.
-            self.capabilities = Capabilities(persistent=False, shared=False, compaction=True, branching=True)
+            self.capabilities = Capabilities(
+                persistent=False, shared=False, compaction=True, branching=True
+            )
 
     @property
     def _space(self) -> dict[str, _Stored]:

@@ -101,8 +101,8 @@ from ._layout import (
     create_indexes,
     event_docs,
     expiry_date,
-    info_of,
     forks_filter,
+    info_of,
     is_expired,
     list_filter,
     live_filter,
@@ -788,9 +788,7 @@ class MongoSessionManager(SessionManager):
         now: datetime,
     ) -> list[SessionSummary]:
         docs = (
-            await self._sessions.find(
-                forks_filter(source_id, user_id, after, now), _SUMMARY_FIELDS
-            )
+            await self._sessions.find(forks_filter(source_id, user_id, after, now), _SUMMARY_FIELDS)
             .sort([("created_at", DESCENDING), ("_id", DESCENDING)])
             .limit(limit)
             .to_list(None)

@@ -439,8 +439,7 @@ class PostgresSessionManager(SessionManager):
                 )
                 if position is None:
                     raise InvalidInputError(
-                        f"session {source_id!r} holds no event with id "
-                        f"{request.through_event_id!r}"
+                        f"session {source_id!r} holds no event with id {request.through_event_id!r}"
                     )
                 count = position - first + 1
             record = SessionRecord(
@@ -590,14 +589,18 @@ def _loaded(rows: list[asyncpg.Record]) -> LoadedSession | None:
     """The session a load statement read (one row), or None when it found none."""
     if not rows:
         return None
-    *fields, texts = rows[0]
+    sid, user, state, version, created, updated, expires, count, lineage, *origin, texts = rows[0]
     # ARRAY(... ORDER BY position) keeps the index order without the sort that an
     # ordered aggregate such as string_agg costs (8 ms against 6 ms at 5,000 events);
     # the texts are then decoded in one batch.
     events = decode_events(texts) if texts else []
-    return LoadedSession(SessionRecord(*fields[:9], fork_origin(*fields[9:])), events)
+    record = SessionRecord(
+        sid, user, state, version, created, updated, expires, count, lineage, fork_origin(*origin)
+    )
+    return LoadedSession(record, events)
 
 
 def _summary(row: asyncpg.Record) -> SessionSummary:
     """A listing row: the summary's six fields, then the fork origin's three."""
-    return SessionSummary(*row[:6], fork_origin(*row[6:]))
+    sid, user, created, updated, count, version, *origin = row
+    return SessionSummary(sid, user, created, updated, count, version, fork_origin(*origin))

@@ -349,7 +349,9 @@ class RedisSessionManager(SessionManager):
         if record.forked_from is not None:
             fork_index = self.keys.fork_index(record.forked_from.session_id)
             owner = None if user_id is None else user_id.encode()
-            entries.append(_Entry(fork_index, session_id.encode(), created, session_id.encode(), owner))
+            entries.append(
+                _Entry(fork_index, session_id.encode(), created, session_id.encode(), owner)
+            )
         client = self.client
         added = await asyncio.gather(
             *(client.zadd(e.index, {e.member: e.score}, nx=True) for e in entries)

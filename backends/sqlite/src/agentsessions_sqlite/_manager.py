@@ -186,7 +186,9 @@ def _save(conn: sqlite3.Connection, namespace: str, request: SaveRequest, now: i
         )
 
 
-def _fork(conn: sqlite3.Connection, namespace: str, request: ForkRequest, now: int) -> SessionRecord:
+def _fork(
+    conn: sqlite3.Connection, namespace: str, request: ForkRequest, now: int
+) -> SessionRecord:
     # One write transaction (BEGIN IMMEDIATE): the source cannot change in between.
     source_id = request.source_id
     row = conn.execute(sql.SELECT_SESSION, (namespace, source_id, now)).fetchone()
@@ -222,9 +224,7 @@ def _fork(conn: sqlite3.Connection, namespace: str, request: ForkRequest, now: i
     )
     if not _create(conn, namespace, record, now):
         raise SessionExistsError(request.session_id)
-    conn.execute(
-        sql.COPY_EVENTS, (request.session_id, first, namespace, source_id, first + count)
-    )
+    conn.execute(sql.COPY_EVENTS, (request.session_id, first, namespace, source_id, first + count))
     return record
 
 
@@ -450,7 +450,9 @@ class SQLiteSessionManager(SessionManager):
         self.path = database_path(url)
         if self.path == MEMORY:
             # The URL decides what this manager can do, so it is set per instance.
-            self.capabilities = Capabilities(persistent=False, shared=False, compaction=True, branching=True)
+            self.capabilities = Capabilities(
+                persistent=False, shared=False, compaction=True, branching=True
+            )
         self._ns = self.options.namespace
         self._utf8 = True
 

@@ -213,7 +213,11 @@ LIST = {
 OF_SOURCE = " AND fork_source = ?"
 # The forks of one session: (by user?, after a cursor?) -> SQL, as LIST.
 LIST_FORKS = {
-    (by_user, paged): SUMMARY + OF_SOURCE + (OF_USER if by_user else "") + (AFTER if paged else "") + PAGE
+    (by_user, paged): SUMMARY
+    + OF_SOURCE
+    + (OF_USER if by_user else "")
+    + (AFTER if paged else "")
+    + PAGE
     for by_user in (False, True)
     for paged in (False, True)
 }
