@@ -13,15 +13,18 @@ from agentsessions_cli import ENTRY_POINT_GROUP, build_parser, main
 
 CLI_VERBS = {
     "backends",
+    "branches",
     "chat",
     "copy",
     "demo",
     "erase-user",
     "export",
+    "fork",
     "import",
     "ls",
     "purge-expired",
     "rekey",
+    "rewind",
     "rm",
     "show",
 }
