@@ -18,8 +18,18 @@ ABSTRACT = sorted(
     and getattr(value, "__isabstractmethod__", False)
 )
 # The hooks with a default: engines that expire data, keep per-loop connections, or
-# do not compact.
-HOOKS = [*ABSTRACT, "_open", "_close", "_purge_expired", "_compact", "_archived"]
+# do not compact or branch.
+HOOKS = [
+    *ABSTRACT,
+    "_open",
+    "_close",
+    "_purge_expired",
+    "_compact",
+    "_archived",
+    "_fork",
+    "_rewind",
+    "_list_forks",
+]
 
 
 def test_the_hooks_are_found() -> None:

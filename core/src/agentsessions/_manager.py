@@ -1730,7 +1730,11 @@ class SessionManager(abc.ABC):
     ) -> list[SessionSummary]:
         """One page of the live sessions forked from *source_id* (``forked_from``'s
         session id), and owned by *user_id* unless it is None; ordered and paged
-        exactly as `_list`."""
+        exactly as `_list`.
+
+        Raises:
+            BackendUnavailableError: the engine failed.
+        """
         raise OperationNotSupportedError(type(self).__name__, "list_sessions", "branching")
 
     async def _purge_expired(self, now: datetime) -> int:
