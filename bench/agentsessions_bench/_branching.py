@@ -5,8 +5,9 @@ not what is measured):
 
 * ``fork``: `SessionManager.fork` of the whole history into a new id;
 * ``fork_half``: the same, cut at the middle event (the engine finds the cut);
-* ``read``: ``get()`` of the same session, whole: what a client-side copy reads at
-  least (and then writes again);
+* ``read``: ``get()`` of the same session, whole;
+* ``copy``: what an application without `fork` does: ``get()`` the source whole and
+  `restore` it under a new id (the events travel through the client twice);
 * ``rewind``: `SessionManager.rewind` dropping the newer half, from a session loaded
   with ``last_events=half + 1`` (what the store op needs);
 * on SQLite, ``sdk_branch``: the OpenAI Agents SDK's
@@ -72,8 +73,20 @@ async def _ms(call: Awaitable[Any]) -> float:
     return (time.perf_counter() - started) * 1e3
 
 
+async def _copy(manager: SessionManager, source: str, target: str) -> None:
+    whole = await manager.get(source)
+    assert whole is not None
+    await manager.restore(whole.model_copy(update={"session_id": target}))
+
+
 async def _one_size(manager: SessionManager, size: int, repeats: int) -> dict[str, float]:
-    samples: dict[str, list[float]] = {"fork": [], "fork_half": [], "read": [], "rewind": []}
+    samples: dict[str, list[float]] = {
+        "fork": [],
+        "fork_half": [],
+        "read": [],
+        "copy": [],
+        "rewind": [],
+    }
     history = _history("template", size)
     half = size // 2
     for _ in range(repeats):
@@ -91,6 +104,9 @@ async def _one_size(manager: SessionManager, size: int, repeats: int) -> dict[st
             )
             made.append(target_half)
         samples["read"].append(await _ms(manager.get(source)))
+        target_copy = f"{source}-copy"
+        samples["copy"].append(await _ms(_copy(manager, source, target_copy)))
+        made.append(target_copy)
         if size:
             tail = await manager.get(source, last_events=size - half)
             assert tail is not None
@@ -167,7 +183,8 @@ def render_branching(found: dict[str, Any]) -> str:
         f"Fork and rewind against a full read of the same session; medians of "
         f"{config['repeats']} fresh sessions, milliseconds. fork: the whole history; at "
         "half: cut at the middle event; rewind: the newer half dropped; SDK branch: "
-        "`AdvancedSQLiteSession.create_branch_from_turn` at the last turn (SQLite only).",
+        "`AdvancedSQLiteSession.create_branch_from_turn` at the last turn (SQLite only); "
+        "read + restore: the copy an application makes without fork.",
         "",
         "| engine | events | fork | fork at half | full read | fork / read | rewind | SDK branch |",
         "|---|---|---|---|---|---|---|---|",
@@ -177,9 +194,9 @@ def render_branching(found: dict[str, Any]) -> str:
             ratio = f"{row['fork'] / row['read']:.2f}x" if row.get("read") else "-"
             lines.append(
                 f"| {engine} | {int(size):,} | {_cell(row, 'fork')} | {_cell(row, 'fork_half')} "
-                f"| {_cell(row, 'read')} | {ratio} | {_cell(row, 'rewind')} "
-                f"| {_cell(row, 'sdk_branch')} |"
+                f"| {_cell(row, 'read')} | {ratio} | {_cell(row, 'copy')} "
+                f"| {_cell(row, 'rewind')} | {_cell(row, 'sdk_branch')} |"
             )
     for engine, error in found["errors"].items():
-        lines.append(f"| {engine} | not measured: {error} | | | | | | |")
+        lines.append(f"| {engine} | not measured: {error} | | | | | | | |")
     return "\n".join(lines) + "\n"

@@ -25,8 +25,8 @@ def test_quick_branching_case_measures_every_engine(tmp_path: Path) -> None:
     assert set(found["branching"]) == set(ENGINES) - skipped
     for sizes in found["branching"].values():
         assert set(sizes) == {"0", "40"}
-        assert set(sizes["0"]) == {"fork", "read"}
-        assert {"fork", "fork_half", "read", "rewind"} <= set(sizes["40"])
+        assert set(sizes["0"]) == {"fork", "read", "copy"}
+        assert {"fork", "fork_half", "read", "copy", "rewind"} <= set(sizes["40"])
         assert all(value > 0 for row in sizes.values() for value in row.values())
     if "sqlite" in found["branching"]:
         assert "sdk_branch" in found["branching"]["sqlite"]["40"]

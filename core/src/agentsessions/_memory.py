@@ -12,6 +12,8 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
+import pydantic_core
+
 from ._errors import (
     InvalidInputError,
     SessionConflictError,
@@ -66,8 +68,11 @@ def _live(stored: _Stored | None, now: datetime) -> _Stored | None:
 
 
 def _position_of(texts: list[str], event_id: str, session_id: str) -> int:
-    for position, event in enumerate(decode_events(texts)):
-        if event.id == event_id:
+    # Every stored event's JSON starts with its id (encode_event writes it first), so a
+    # prefix test finds the cut without decoding the history.
+    prefix = '{"id":' + pydantic_core.to_json(event_id).decode() + ","
+    for position, text in enumerate(texts):
+        if text.startswith(prefix):
             return position
     raise InvalidInputError(f"session {session_id!r} holds no event with id {event_id!r}")
 
