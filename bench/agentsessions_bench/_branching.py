@@ -186,8 +186,9 @@ def render_branching(found: dict[str, Any]) -> str:
         "`AdvancedSQLiteSession.create_branch_from_turn` at the last turn (SQLite only); "
         "read + restore: the copy an application makes without fork.",
         "",
-        "| engine | events | fork | fork at half | full read | fork / read | rewind | SDK branch |",
-        "|---|---|---|---|---|---|---|---|",
+        "| engine | events | fork | fork at half | full read | fork / read "
+        "| read + restore | rewind | SDK branch |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for engine, sizes in found["branching"].items():
         for size, row in sizes.items():
