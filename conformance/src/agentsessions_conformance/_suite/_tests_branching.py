@@ -13,6 +13,7 @@ import asyncio
 
 import pytest
 from agentsessions import (
+    Event,
     ForkOrigin,
     InvalidInputError,
     OperationNotSupportedError,
@@ -88,6 +89,33 @@ class BranchingTests(SuiteBase):
                 session_id=fork_id, version=1, event_id=before.events[2].id
             )
             await self.check_positions(space, deeper_id, 3)
+
+    async def test_fork_and_rewind_of_a_compacted_session(self, manager: SessionManager) -> None:
+        """A compacted session (whose stored positions may start past 0) forks and rewinds
+        by its logical positions: the fork holds the compacted history's prefix at 0..n-1,
+        and a rewind keeps exactly the events up to the cut."""
+        self.require(manager, "compaction")
+        for space in await self.namespaced(manager):
+            source_id = await self._source(space, 12)
+            tail = await space.get(source_id, last_events=5)
+            assert tail is not None
+            summary = Event(author="summarizer", content="summary")
+            await space.compact(tail, tail.events[0].id, [summary])
+            whole = await self.readback(space, source_id)
+            assert whole is not None
+            expected = ["summary", "e8", "e9", "e10", "e11"]
+            assert [e.content for e in whole.events] == expected
+            fork_id = self.new_id("fork")
+            await space.fork(source_id, fork_id, through_event_id=whole.events[2].id)
+            fork = await self.readback(space, fork_id)
+            assert fork is not None and [e.content for e in fork.events] == expected[:3]
+            await self.check_positions(space, fork_id, 3)
+            recent = await space.get(source_id, last_events=2)
+            assert recent is not None
+            await space.rewind(recent, recent.events[0].id)
+            stored = await self.readback(space, source_id)
+            assert stored is not None and [e.content for e in stored.events] == expected[:4]
+            await self.check_positions(space, source_id, 4)
 
     async def test_fork_is_a_session_of_its_own(self, manager: SessionManager) -> None:
         """A fork saves, truncates and compacts on its own: nothing written to it reaches
