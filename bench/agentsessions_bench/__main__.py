@@ -14,8 +14,10 @@ from ._api import (
     RESULTS_DIR,
     profile_operation,
     publish,
+    publish_branching,
     publish_compaction,
     publish_curves,
+    run_branching,
     run_compaction,
     run_curves,
     run_encryption,
@@ -116,6 +118,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--full", action="store_true", help="with --curves: the full sizes")
     parser.add_argument(
+        "--branching",
+        action="store_true",
+        help="run only the branching case (fork and rewind of 0 / 1,000 / 5,000 / 50,000 "
+        "events against a full read; --short: up to 5,000; --quick: tiny sizes); writes "
+        "branching.json",
+    )
+    parser.add_argument("--short", action="store_true", help="with --branching: a short run")
+    parser.add_argument(
         "--compaction",
         action="store_true",
         help="run only the compaction case (5,000 events into 1 + 20 kept, and a turn "
@@ -133,6 +143,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _curves(args)
     if args.compaction:
         return _compaction(args)
+    if args.branching:
+        return _branching(args)
     config = config_from_args(args)
     if args.no_instrumentation:
         config = dataclasses.replace(config, overhead_turns=0)
@@ -188,6 +200,29 @@ def _compaction(args: argparse.Namespace) -> int:
         print(render_compaction(found))
     else:
         print(publish_compaction(found, args.out))
+        print(f"written to {args.out}", file=sys.stderr)
+    for item in found["skipped"]:
+        print(f"not measured: {item['engine']}: {item['reason']}", file=sys.stderr)
+    return 1 if found["errors"] else 0
+
+
+def _branching(args: argparse.Namespace) -> int:
+    from ._branching import BranchingConfig, render_branching
+
+    if args.quick:
+        config = BranchingConfig.smoke()
+    else:
+        config = BranchingConfig.short() if args.short else BranchingConfig()
+    engines = tuple(part.strip() for part in args.engines.split(",") if part.strip())
+    unknown = set(engines) - set(ENGINES)
+    if unknown:
+        print(f"unknown engine(s): {', '.join(sorted(unknown))}", file=sys.stderr)
+        return 2
+    found = asyncio.run(run_branching(engines, config))
+    if args.no_write:
+        print(render_branching(found))
+    else:
+        print(publish_branching(found, args.out))
         print(f"written to {args.out}", file=sys.stderr)
     for item in found["skipped"]:
         print(f"not measured: {item['engine']}: {item['reason']}", file=sys.stderr)

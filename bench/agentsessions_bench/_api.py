@@ -294,3 +294,45 @@ def publish_compaction(found: dict[str, Any], directory: Path = RESULTS_DIR) -> 
                 f"{head}{_COMPACTION_START}\n{body}{_COMPACTION_END}{tail}", encoding="utf-8"
             )
     return markdown
+
+
+async def run_branching(
+    engines: tuple[str, ...] = ENGINES, config: Any = None, log: Log | None = None
+) -> dict[str, Any]:
+    """The fork and rewind figures (see `_branching`) on every available engine."""
+    from ._branching import BranchingConfig, measure_branching
+
+    config = config or BranchingConfig()
+    async with plan_suite(engines, peers=False) as plan:
+        with tempfile.TemporaryDirectory(prefix="agentsessions-bench-sdk-") as workdir:
+            found = await measure_branching(plan.urls, config, Path(workdir), log)
+        found["machine"] = describe_machine()
+        found["skipped"] = plan.skipped
+        return found
+
+
+_BRANCHING_START, _BRANCHING_END = "<!-- branching:start -->", "<!-- branching:end -->"
+
+
+def publish_branching(found: dict[str, Any], directory: Path = RESULTS_DIR) -> str:
+    """Write branching.json; refresh docs/benchmarks.md's branching section when
+    writing into the default directory. Returns the Markdown."""
+    from ._branching import render_branching
+
+    directory.mkdir(parents=True, exist_ok=True)
+    write_results(found, directory, "branching")
+    markdown = render_branching(found)
+    if directory.resolve() == RESULTS_DIR and DOCS_PAGE.is_file():
+        page = DOCS_PAGE.read_text(encoding="utf-8")
+        if _BRANCHING_START in page and _BRANCHING_END in page:
+            head, _, rest = page.partition(_BRANCHING_START)
+            _, _, tail = rest.partition(_BRANCHING_END)
+            machine = found["machine"]
+            body = (
+                f"Measured {machine['date']} on {machine['cpu']}, {machine['cores']} cores.\n\n"
+                + markdown
+            )
+            DOCS_PAGE.write_text(
+                f"{head}{_BRANCHING_START}\n{body}{_BRANCHING_END}{tail}", encoding="utf-8"
+            )
+    return markdown

@@ -13,17 +13,20 @@ from agentsessions_cli import ENTRY_POINT_GROUP, build_parser, main
 
 CLI_VERBS = {
     "backends",
+    "branches",
     "chat",
     "copy",
     "demo",
     "doctor",
     "erase-user",
     "export",
+    "fork",
     "import",
     "inspect",
     "ls",
     "purge-expired",
     "rekey",
+    "rewind",
     "rm",
     "show",
 }

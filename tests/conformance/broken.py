@@ -30,7 +30,9 @@ from agentsessions import (
 from agentsessions._memory import _live, _Stored
 from agentsessions.backend import (
     CompactRequest,
+    ForkRequest,
     LoadedSession,
+    RewindRequest,
     SaveRequest,
     SessionRecord,
     decode_events,
@@ -1242,6 +1244,116 @@ class SQLiteCompactLeavesRowsManager(_SQLiteBroken, Broken):
 
     async def _compact(self, request: CompactRequest, now: datetime) -> None:
         await self._write(_compact_keeping_rows, request, to_micros(now))
+
+
+# -- branching ----------------------------------------------------------------------------
+
+
+class ForkIgnoresCutManager(MemorySessionManager, Broken):
+    """fork() copies the whole history whatever event the cut names."""
+
+    caught_by = frozenset({"test_fork_holds_the_cut_prefix_and_the_state"})
+
+    async def _fork(self, request: ForkRequest, now: datetime) -> SessionRecord:
+        record = await super()._fork(replace(request, through_event_id=None), now)
+        assert record.forked_from is not None
+        origin = record.forked_from.model_copy(update={"event_id": request.through_event_id})
+        record = replace(record, forked_from=origin)
+        with self._store.lock:
+            self._space[request.session_id].record = record
+        return record
+
+
+class ForkOverwritesManager(MemorySessionManager, Broken):
+    """fork() onto a live id replaces it (a blind SET of the new keys)."""
+
+    caught_by = frozenset({"test_fork_never_overwrites_and_fails_whole"})
+
+    async def _fork(self, request: ForkRequest, now: datetime) -> SessionRecord:
+        with self._store.lock:
+            self._space.pop(request.session_id, None)
+        return await super()._fork(request, now)
+
+
+class ForkMixesVersionsManager(MemorySessionManager, Broken):
+    """fork() reads the events, then (after a round trip) the record: a save landing in
+    between gives the fork one version's events and the next one's state."""
+
+    caught_by = frozenset({"test_fork_during_saves_is_one_version"})
+
+    async def _fork(self, request: ForkRequest, now: datetime) -> SessionRecord:
+        with self._store.lock:
+            source = _live(self._space.get(request.source_id), now)
+            texts = [] if source is None else list(source.events)
+        await asyncio.sleep(0.005)
+        record = await super()._fork(request, now)
+        with self._store.lock:
+            self._space[request.session_id].events = texts
+        return replace(record, event_count=len(texts))
+
+
+class RewindIgnoresVersionManager(MemorySessionManager, Broken):
+    """rewind() cuts whatever version is stored: a stale copy drops a save that landed."""
+
+    caught_by = frozenset({"test_rewind_is_version_checked"})
+
+    async def _rewind(self, request: RewindRequest, now: datetime) -> None:
+        with self._store.lock:
+            stored = _live(self._space.get(request.session_id), now)
+            current = request.expected_version if stored is None else stored.record.version
+            lineage = "" if stored is None else stored.record.lineage
+        await super()._rewind(
+            replace(request, expected_version=current, expected_lineage=lineage), now
+        )
+
+
+class RewindKeepsRowsManager(MemorySessionManager, Broken):
+    """rewind() moves the event count and leaves the dropped events stored."""
+
+    caught_by = frozenset({"test_rewind_drops_the_tail"})
+
+    async def _rewind(self, request: RewindRequest, now: datetime) -> None:
+        with self._store.lock:
+            stored = _live(self._space.get(request.session_id), now)
+            texts = [] if stored is None else list(stored.events)
+        await super()._rewind(request, now)
+        with self._store.lock:
+            stored = _live(self._space.get(request.session_id), now)
+            if stored is not None:
+                stored.events = texts
+
+
+class ForksSurviveDeleteUserManager(MemorySessionManager, Broken):
+    """delete_user() spares forks (it walks the user's own sessions, not their copies)."""
+
+    caught_by = frozenset({"test_forks_are_erased_like_any_session"})
+
+    async def _delete_user(self, user_id: str, now: datetime) -> int:
+        with self._store.lock:
+            space = self._space
+            doomed = [
+                sid
+                for sid, stored in space.items()
+                if stored.record.user_id == user_id and stored.record.forked_from is None
+            ]
+            return sum(_live(space.pop(sid), now) is not None for sid in doomed)
+
+
+class ListForksTakesDescendantsManager(MemorySessionManager, Broken):
+    """list_sessions(forked_from=ID) lists every fork, not only ID's."""
+
+    caught_by = frozenset({"test_list_forks_pages_through_one_sources_forks"})
+
+    async def _list_forks(
+        self,
+        source_id: str,
+        user_id: str | None,
+        limit: int,
+        after: tuple[datetime, str] | None,
+        now: datetime,
+    ) -> list[SessionSummary]:
+        listed = await self._list(user_id, 10_000, after, now)
+        return [s for s in listed if s.forked_from is not None][:limit]
 
 
 def _broken_classes() -> dict[str, type[SessionManager]]:

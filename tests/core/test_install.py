@@ -53,15 +53,20 @@ print(json.dumps({
 # The verbs of agentsessions-cli itself, and the command's list of verbs as installed.
 CLI_VERBS = [
     "backends",
+    "branches",
     "chat",
     "copy",
     "demo",
+    "doctor",
     "erase-user",
     "export",
+    "fork",
     "import",
+    "inspect",
     "ls",
     "purge-expired",
     "rekey",
+    "rewind",
     "rm",
     "show",
 ]

@@ -85,6 +85,7 @@ def test_session_fields_keep_their_documented_order() -> None:
         "created_at",
         "updated_at",
         "version",
+        "forked_from",
     ]
 
 

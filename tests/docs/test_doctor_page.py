@@ -13,6 +13,7 @@ PAGE = ROOT / "docs" / "doctor.md"
 SOURCES = [
     ROOT / "core/src/agentsessions/_diagnosis.py",
     ROOT / "core/src/agentsessions/_manager.py",
+    ROOT / "core/src/agentsessions/_hooks.py",
     ROOT / "core/src/agentsessions/_memory.py",
     *sorted(ROOT.glob("backends/*/src/*/_diagnosis.py")),
     *sorted(ROOT.glob("backends/*/src/*/_manager.py")),

@@ -667,3 +667,49 @@ async def test_compaction_events_are_stored_and_read_back(manager: SessionManage
         app_name="compacting", user_id="u", session_id="s"
     )
     assert again is not None and again.events == stored.events
+
+
+# -- forks -------------------------------------------------------------------------------
+
+
+async def test_fork_session_branches_a_conversation_under_the_runner(
+    manager: SessionManager,
+) -> None:
+    llm = ScriptedLlm(model="scripted", replies=["Paris.", "Rome.", "Madrid."])
+    agent = LlmAgent(name="assistant", model=llm, instruction="Be brief.", output_key="last")
+    service = AgentSessionsSessionService(manager)
+    runner = Runner(app_name="trips", agent=agent, session_service=service)
+    session = await service.create_session(app_name="trips", user_id="ada", state={"k": 1})
+    await run_turn(runner, "ada", session.id, "A city in France?")
+    await run_turn(runner, "ada", session.id, "One in Italy?")
+    source = await service.get_session(app_name="trips", user_id="ada", session_id=session.id)
+    assert source is not None and len(source.events) == 4
+    # Try the second question again, differently: fork after the first answer.
+    fork = await service.fork_session(
+        app_name="trips",
+        user_id="ada",
+        session_id=session.id,
+        new_session_id="retry",
+        through_event_id=source.events[1].id,
+    )
+    assert fork.id == "retry" and [e.id for e in fork.events] == [e.id for e in source.events[:2]]
+    # State has no history: the fork starts from the source's state as it is now.
+    assert fork.state == {"k": 1, "last": "Rome."}
+    await run_turn(runner, "ada", "retry", "One in Spain?")
+    assert llm.requests[-1] == [
+        ("user", "A city in France?"),
+        ("model", "Paris."),
+        ("user", "One in Spain?"),
+    ]
+    again = await service.get_session(app_name="trips", user_id="ada", session_id=session.id)
+    assert again is not None and [e.id for e in again.events] == [e.id for e in source.events]
+    listed = await service.list_sessions(app_name="trips", user_id="ada")
+    assert {s.id for s in listed.sessions} == {session.id, "retry"}
+    with pytest.raises(AlreadyExistsError):
+        await service.fork_session(
+            app_name="trips", user_id="ada", session_id=session.id, new_session_id="retry"
+        )
+    with pytest.raises(SessionNotFoundError):
+        await service.fork_session(app_name="trips", user_id="ada", session_id="absent")
+    with pytest.raises(SessionNotFoundError):  # another user's session is not theirs to fork
+        await service.fork_session(app_name="trips", user_id="bob", session_id=session.id)

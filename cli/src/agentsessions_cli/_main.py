@@ -23,6 +23,7 @@ ENTRY_POINT_GROUP = "agentsessions.cli"
 
 # Each module defines ``register(subparsers)``; a parser's ``func`` returns the exit code.
 _VERB_MODULES = (
+    "agentsessions_cli._branches",
     "agentsessions_cli._chat",
     "agentsessions_cli._doctor",
     "agentsessions_cli._ops",

@@ -34,6 +34,7 @@ PRESERVED_FIELDS = (
     "created_at",
     "updated_at",
     "version",
+    "forked_from",
 )
 
 

@@ -76,6 +76,7 @@ class MachineConfig:
         self.ttl = ttl
         self.stop = stop
         self.compaction = subjects[0].capabilities.compaction
+        self.branching = subjects[0].capabilities.branching
 
     def call(self, coro: Coroutine[Any, Any, T]) -> T:
         if self.stop.is_set():
@@ -310,6 +311,61 @@ def _machine(config: MachineConfig) -> type[RuleBasedStateMachine]:
 
             got, want = config.call(pair())
             _same(got, want, f"compact({got_copy.session_id!r}, through {through!r})")
+            assert got_copy.model_dump() == want_copy.model_dump()
+
+        @precondition(lambda self: config.branching)
+        @rule(
+            source=st.sampled_from(IDS),
+            new=st.sampled_from(IDS),
+            cut=st.one_of(st.none(), st.integers(0, 8)),
+            user=st.sampled_from(USERS),
+            state=st.sampled_from([None, {"forked": True}]),
+            via=st.integers(0, 1),
+        )
+        def fork(
+            self,
+            source: str,
+            new: str,
+            cut: int | None,
+            user: str | None,
+            state: Any,
+            via: int,
+        ) -> None:
+            stored = config.call(self.reference.get(source))
+            through = None
+            if cut is not None:
+                events = [] if stored is None else stored.events
+                through = events[cut % len(events)].id if events else "e-absent"
+            self.both(
+                via,
+                lambda m: m.fork(source, new, through_event_id=through, user_id=user, state=state),
+                f"fork({source!r}, {new!r}, through {through!r}, user_id={user!r})",
+            )
+
+        @precondition(lambda self: bool(self.held) and config.branching)
+        @rule(
+            pick=st.integers(0, MAX_HELD - 1),
+            cut=st.integers(0, 8),
+            archive=st.booleans(),
+            via=st.integers(0, 1),
+        )
+        def rewind(self, pick: int, cut: int, archive: bool, via: int) -> None:
+            index = pick % len(self.held)
+            got_copy, want_copy, life = self.held[index]
+            now_life = self.life(want_copy.session_id)
+            if (now_life is not None and now_life is not life) or not want_copy.events:
+                del self.held[index]  # as in compact(): an earlier life is not compared
+                return
+            through = want_copy.events[cut % len(want_copy.events)].id
+            subject = self.subjects[via % len(self.subjects)]
+
+            async def pair() -> tuple[tuple[str, Any], tuple[str, Any]]:
+                return await _attempt(
+                    subject.rewind(got_copy, through, archive=archive)
+                ), await _attempt(self.reference.rewind(want_copy, through, archive=archive))
+
+            got, want = config.call(pair())
+            _same(got, want, f"rewind({got_copy.session_id!r}, through {through!r})")
             assert got_copy.model_dump() == want_copy.model_dump()
 
         @rule(

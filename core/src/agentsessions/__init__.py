@@ -19,6 +19,7 @@ from ._errors import (
     InvalidOptionError,
     InvalidSessionIdError,
     ManagerClosedError,
+    OperationNotSupportedError,
     PartialSessionError,
     SessionConflictError,
     SessionDecryptionError,
@@ -34,7 +35,7 @@ from ._errors import (
 from ._instrumentation import instrument, uninstrument
 from ._manager import ManagerOptions, SessionManager, check_restorable
 from ._memory import MemorySessionManager
-from ._models import Event, Session, SessionPage, SessionSummary
+from ._models import Event, ForkOrigin, Session, SessionPage, SessionSummary
 from ._records import Capabilities
 from ._registry import (
     BackendProblem,
@@ -67,6 +68,7 @@ __all__ = [
     "Diagnosis",
     "Event",
     "Finding",
+    "ForkOrigin",
     "installed_backends",
     "instrument",
     "InvalidInputError",
@@ -74,6 +76,7 @@ __all__ = [
     "InvalidSessionIdError",
     "ManagerClosedError",
     "ManagerOptions",
+    "OperationNotSupportedError",
     "mask_url",
     "MemorySessionManager",
     "PartialSessionError",

@@ -36,6 +36,9 @@ class Codec:
     keyring: Keyring | None = None
     #: The backend's own capabilities while sealing (None: `capabilities` are its own).
     unsealed: Capabilities | None = None
+    #: Whether stored text means the same under another session id, so that the engine
+    #: may copy it between sessions (a fork); sealed text is bound to its session.
+    portable: bool = True
 
     def seal_state(self, session_id: str, state_json: str) -> str:
         """The state as stored: *state_json* itself, or sealed when encrypting."""
@@ -108,6 +111,8 @@ PLAIN = Codec()
 class SealingCodec(Codec):
     """The encrypting codec: event content and metadata and the state are sealed with
     *keyring* for *namespace*, and must fit the backend's own capabilities *unsealed*."""
+
+    portable = False
 
     def __init__(self, keyring: Keyring, namespace: str, unsealed: Capabilities) -> None:
         self.keyring: Keyring = keyring

@@ -17,6 +17,7 @@ wrong before any I/O happens also derives from `ValueError`, so
     │   ├── InvalidSessionIdError    empty, blank, too long or not a string
     │   └── InvalidOptionError       an unknown connect() option or a bad value for one
     ├── UnknownBackendError          no installed backend handles the URL's scheme
+    ├── OperationNotSupportedError   an optional operation the backend lacks (NotImplementedError)
     ├── BackendConflictError         several distributions claim one URL scheme
     ├── BackendPluginError           the plugin serving a URL scheme is broken
     ├── BackendUnavailableError      the server cannot be reached (the URL is masked)
@@ -44,6 +45,7 @@ __all__ = [
     "InvalidOptionError",
     "InvalidSessionIdError",
     "ManagerClosedError",
+    "OperationNotSupportedError",
     "PartialSessionError",
     "SessionConflictError",
     "SessionDecryptionError",
@@ -172,6 +174,18 @@ class UnknownBackendError(SessionError):
         message = f"no backend is installed for URL scheme {scheme!r} (installed: {known})"
         super().__init__(f"{message}; {hint}" if hint else message)
         self.scheme = scheme
+
+
+class OperationNotSupportedError(SessionError, NotImplementedError):
+    """The backend does not implement this optional operation (its capability is off);
+    nothing was read or written. Also a `NotImplementedError`, as for compaction."""
+
+    def __init__(self, backend: str, operation: str, capability: str) -> None:
+        super().__init__(
+            f"{backend} does not support {operation}() (capabilities.{capability} is False)"
+        )
+        self.operation = operation
+        self.capability = capability
 
 
 class BackendConflictError(SessionError):

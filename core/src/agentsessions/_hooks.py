@@ -18,7 +18,12 @@ from . import _deadline, _diagnosis, _instrumentation, _log
 from ._clock import SYSTEM_CLOCK, Clock
 from ._codec import PLAIN, Codec
 from ._deadline import ErrorRule
-from ._errors import BackendTimeoutError, BackendUnavailableError, SessionError
+from ._errors import (
+    BackendTimeoutError,
+    BackendUnavailableError,
+    OperationNotSupportedError,
+    SessionError,
+)
 from ._loops import PerLoop
 from ._models import SessionSummary
 from ._options import ManagerOptions, SchemaTooNewError
@@ -26,7 +31,9 @@ from ._records import (
     Capabilities,
     CompactRequest,
     EventRecord,
+    ForkRequest,
     LoadedSession,
+    RewindRequest,
     SaveRequest,
     SessionRecord,
 )
@@ -55,6 +62,9 @@ HOOKS = (
     "_archived",
     "_purge_expired",
     "_diagnose",
+    "_fork",
+    "_rewind",
+    "_list_forks",
 )
 #: What a backend may set, read or call (besides the hooks): class attributes first.
 HELPERS = (
@@ -547,3 +557,50 @@ class BackendHooks(abc.ABC):
                 "ask the backend's authors for a _diagnose hook",
             )
         ]
+
+    async def _fork(self, request: ForkRequest, now: datetime) -> SessionRecord:
+        """Apply one fork atomically, the engine copying the events (see `ForkRequest`).
+
+        Backends that implement it (with `_rewind` and `_list_forks`) set
+        ``capabilities.branching``; the default raises `OperationNotSupportedError`.
+
+        Returns:
+            The new session's record as stored (``forked_from`` set).
+
+        Raises:
+            SessionNotFoundError: the source is not live; nothing was written.
+            SessionOwnershipError: ``request.user_id`` does not own the source.
+            SessionExistsError: ``request.session_id`` is live; nothing was written.
+            InvalidInputError: the source holds no event ``request.through_event_id``.
+            BackendUnavailableError: the engine failed; nothing was written.
+        """
+        raise OperationNotSupportedError(type(self).__name__, "fork", "branching")
+
+    async def _rewind(self, request: RewindRequest, now: datetime) -> None:
+        """Apply one rewind atomically: drop the events from ``request.keep`` on (see
+        `RewindRequest`), O(dropped) whatever the history's length.
+
+        Raises:
+            SessionConflictError: the stored version or lineage is not the expected one.
+            SessionNotFoundError: no live session has the id; nothing was written.
+            BackendUnavailableError: the engine failed. Raise it only if the rewind did
+                not land, or say in the message that its outcome is unknown.
+        """
+        raise OperationNotSupportedError(type(self).__name__, "rewind", "branching")
+
+    async def _list_forks(
+        self,
+        source_id: str,
+        user_id: str | None,
+        limit: int,
+        after: tuple[datetime, str] | None,
+        now: datetime,
+    ) -> list[SessionSummary]:
+        """One page of the live sessions forked from *source_id* (``forked_from``'s
+        session id), and owned by *user_id* unless it is None; ordered and paged
+        exactly as `_list`.
+
+        Raises:
+            BackendUnavailableError: the engine failed.
+        """
+        raise OperationNotSupportedError(type(self).__name__, "list_sessions", "branching")

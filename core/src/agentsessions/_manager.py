@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pydantic import ValidationError
 
 from . import (
+    _branching,
     _codec,
     _compaction,
     _deadline,
@@ -40,7 +41,7 @@ from ._hooks import BackendHooks
 from ._ids import MAX_ID_LENGTH, new_lineage, new_token, optional_id, validate_id
 from ._input import MAX_LAST_EVENTS, MAX_PAGE_SIZE, check_last_events, check_size, encode_state
 from ._loops import LoopLock
-from ._models import Event, Session, SessionPage
+from ._models import Event, Session, SessionPage, SessionSummary
 from ._options import (
     DEFAULT_TIMEOUT,
     MAX_POOL_SIZE,
@@ -376,6 +377,51 @@ class SessionManager(BackendHooks):
         optional_id(user_id, "user_id")
         return await _compaction.archived_events(self, session_id, user_id)
 
+    async def fork(
+        self,
+        source_id: str,
+        new_id: str,
+        *,
+        through_event_id: str | None = None,
+        user_id: str | None = None,
+        state: dict[str, Any] | None = None,
+    ) -> SessionSummary:
+        """Create *new_id* holding *source_id*'s events up to and including
+        *through_event_id* (default: all) and its state (or *state*), in one atomic step
+        copying one consistent snapshot of the source, which is never modified.
+
+        Never overwrites (`SessionExistsError`, nothing written); *user_id*, when given,
+        must own the source. The fork starts at version 1 and records ``forked_from``;
+        returns its summary. Needs ``capabilities.branching`` (docs/concepts.md, "Branches").
+        """
+        source = validate_id(source_id, "source_id")
+        new = validate_id(new_id, "new_id")
+        through = optional_id(through_event_id, "through_event_id")
+        owner = optional_id(user_id, "user_id")
+        spec = _branching.check_fork(self, source, new, through, owner, state)
+        async with _deadline.call(self, "fork"):
+            await self._ready()
+            record = await _branching.fork(self, spec, self.clock.now(), new_lineage())
+        return record.summary()
+
+    async def rewind(
+        self, session: Session, through_event_id: str, *, archive: bool = False
+    ) -> None:
+        """Keep the events up to and including *through_event_id*, drop the rest.
+
+        Atomic and version-checked like a save; costs what it drops; *session* may be
+        partial if its events include the cut. ``archive=True`` keeps the dropped events
+        in the archive. On success *session* holds the kept events at the new version.
+        """
+        if not isinstance(session, Session):
+            raise InvalidInputError(f"rewind() takes a Session, not {type(session).__name__}")
+        validate_id(session.session_id)
+        through = validate_id(through_event_id, "through_event_id")
+        plan = _branching.check_rewind(self, session, through, archive)
+        async with _deadline.call(self, "rewind"):
+            await self._ready()
+            await _branching.rewind(self, plan)
+
     async def update(
         self,
         session_id: str,
@@ -466,14 +512,23 @@ class SessionManager(BackendHooks):
             return await self._delete_user(user_id, self.clock.now())
 
     async def list_sessions(
-        self, *, user_id: str | None = None, limit: int = 100, cursor: str | None = None
+        self,
+        *,
+        user_id: str | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+        forked_from: str | None = None,
     ) -> SessionPage:
         """A page of summaries, newest created first (ties by id, descending).
 
         The order never changes for a stored session, so paging with ``next_cursor``
-        visits each session once even while others are saved.
+        visits each session once even while others are saved. ``forked_from=ID``
+        lists only the forks made from session ID (`fork`; needs
+        ``capabilities.branching``).
         """
         optional_id(user_id, "user_id")
+        if optional_id(forked_from, "forked_from") is not None:
+            _branching.require_branching(self, "list_sessions(forked_from=...)")
         if type(limit) is not int or not 1 <= limit <= MAX_PAGE_SIZE:
             raise InvalidInputError(
                 f"limit must be an int from 1 to {MAX_PAGE_SIZE}, not {limit!r}"
@@ -483,7 +538,11 @@ class SessionManager(BackendHooks):
             validate_id(after[1], "cursor")  # hooks may take it for a stored id
         async with _deadline.call(self, "list_sessions"):
             await self._ready()
-            items = await self._list(user_id, limit + 1, after, self.clock.now())
+            now = self.clock.now()
+            if forked_from is None:
+                items = await self._list(user_id, limit + 1, after, now)
+            else:
+                items = await self._list_forks(forked_from, user_id, limit + 1, after, now)
         if len(items) <= limit:
             return SessionPage(items=items, next_cursor=None)
         last = items[limit - 1]

@@ -12,16 +12,26 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
+import pydantic_core
+
 from ._diagnosis import Finding, finding
-from ._errors import SessionConflictError, SessionExistsError, SessionNotFoundError
+from ._errors import (
+    InvalidInputError,
+    SessionConflictError,
+    SessionExistsError,
+    SessionNotFoundError,
+    SessionOwnershipError,
+)
 from ._manager import ManagerOptions, SessionManager
-from ._models import SessionSummary
+from ._models import ForkOrigin, SessionSummary
 from ._records import (
     TOKENS_KEPT,
     Capabilities,
     CompactRequest,
     EventRecord,
+    ForkRequest,
     LoadedSession,
+    RewindRequest,
     SaveRequest,
     SessionRecord,
     decode_events,
@@ -58,10 +68,20 @@ def _live(stored: _Stored | None, now: datetime) -> _Stored | None:
     return None if expires is not None and expires <= now else stored
 
 
+def _position_of(texts: list[str], event_id: str, session_id: str) -> int:
+    # Every stored event's JSON starts with its id (encode_event writes it first), so a
+    # prefix test finds the cut without decoding the history.
+    prefix = '{"id":' + pydantic_core.to_json(event_id).decode() + ","
+    for position, text in enumerate(texts):
+        if text.startswith(prefix):
+            return position
+    raise InvalidInputError(f"session {session_id!r} holds no event with id {event_id!r}")
+
+
 class MemorySessionManager(SessionManager):
     """Sessions in this process's memory; gone when the process ends."""
 
-    capabilities = Capabilities(persistent=False, shared=True, compaction=True)
+    capabilities = Capabilities(persistent=False, shared=True, compaction=True, branching=True)
     db_system = "memory"
 
     def __init__(self, url: str = "memory://", options: ManagerOptions | None = None) -> None:
@@ -74,7 +94,9 @@ class MemorySessionManager(SessionManager):
         else:
             self._store = _Store()
             # A private store is seen by this manager alone, not by with_options() copies.
-            self.capabilities = Capabilities(persistent=False, shared=False, compaction=True)
+            self.capabilities = Capabilities(
+                persistent=False, shared=False, compaction=True, branching=True
+            )
 
     @property
     def _space(self) -> dict[str, _Stored]:
@@ -139,11 +161,20 @@ class MemorySessionManager(SessionManager):
                 return  # a retry of a save that landed
             if not request.expects(stored.record.version, stored.record.lineage):
                 raise SessionConflictError(session_id, request.expected_version)
-            # Ownership and creation time never change through a save (the copy is
+            # Ownership, creation time and origin never change through a save (the copy is
             # made only when the request differs: dataclasses.replace is not cheap).
             record, kept = request.record, stored.record
-            if record.user_id is not kept.user_id or record.created_at is not kept.created_at:
-                record = replace(record, user_id=kept.user_id, created_at=kept.created_at)
+            if (
+                record.user_id is not kept.user_id
+                or record.created_at is not kept.created_at
+                or record.forked_from is not kept.forked_from
+            ):
+                record = replace(
+                    record,
+                    user_id=kept.user_id,
+                    created_at=kept.created_at,
+                    forked_from=kept.forked_from,
+                )
             stored.record = record
             # In place, under the lock, after every check: O(changed events), and no
             # reader can see a half-applied save.
@@ -174,6 +205,85 @@ class MemorySessionManager(SessionManager):
                 lineage=request.lineage,
             )
             stored.tokens.append(request.token)
+
+    async def _fork(self, request: ForkRequest, now: datetime) -> SessionRecord:
+        with self._store.lock:
+            space = self._space
+            source = _live(space.get(request.source_id), now)
+            if source is None:
+                raise SessionNotFoundError(request.source_id)
+            kept = source.record
+            if request.user_id is not None and kept.user_id != request.user_id:
+                raise SessionOwnershipError(request.source_id, request.user_id)
+            count = len(source.events)
+            if request.through_event_id is not None:
+                count = 1 + _position_of(source.events, request.through_event_id, kept.session_id)
+            if _live(space.get(request.session_id), now) is not None:
+                raise SessionExistsError(request.session_id)
+            record = SessionRecord(
+                session_id=request.session_id,
+                user_id=kept.user_id,
+                state=kept.state if request.state is None else request.state,
+                version=1,
+                created_at=request.created_at,
+                updated_at=request.created_at,
+                expires_at=request.expires_at,
+                event_count=count,
+                lineage=request.lineage,
+                forked_from=ForkOrigin(
+                    session_id=kept.session_id,
+                    version=kept.version,
+                    event_id=request.through_event_id,
+                ),
+            )
+            # The texts are immutable: the fork shares them, as an engine copies rows.
+            space[request.session_id] = _Stored(record, source.events[:count])
+        return record
+
+    async def _rewind(self, request: RewindRequest, now: datetime) -> None:
+        session_id = request.session_id
+        with self._store.lock:
+            stored = _live(self._space.get(session_id), now)
+            if stored is None:
+                raise SessionNotFoundError(session_id)
+            if request.token in stored.tokens:
+                return
+            if not request.expects(stored.record.version, stored.record.lineage):
+                raise SessionConflictError(session_id, request.expected_version)
+            if request.archive:
+                stored.archive.extend(stored.events[request.keep :])
+            del stored.events[request.keep :]
+            stored.record = replace(
+                stored.record,
+                version=request.version,
+                updated_at=request.updated_at,
+                expires_at=request.expires_at,
+                event_count=len(stored.events),
+                lineage=request.lineage,
+            )
+            stored.tokens.append(request.token)
+
+    async def _list_forks(
+        self,
+        source_id: str,
+        user_id: str | None,
+        limit: int,
+        after: tuple[datetime, str] | None,
+        now: datetime,
+    ) -> list[SessionSummary]:
+        with self._store.lock:
+            records = [
+                stored.record
+                for stored in self._space.values()
+                if _live(stored, now) is not None
+                and stored.record.forked_from is not None
+                and stored.record.forked_from.session_id == source_id
+                and (user_id is None or stored.record.user_id == user_id)
+            ]
+        records.sort(key=lambda r: (r.created_at, r.session_id), reverse=True)
+        if after is not None:
+            records = [r for r in records if (r.created_at, r.session_id) < after]
+        return [record.summary() for record in records[:limit]]
 
     async def _archived(self, session_id: str, now: datetime) -> list[str]:
         with self._store.lock:

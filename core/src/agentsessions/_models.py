@@ -23,7 +23,7 @@ from pydantic import (
 from . import _json
 from ._errors import InvalidInputError
 
-__all__ = ["Event", "Session", "SessionPage", "SessionSummary", "utcnow"]
+__all__ = ["Event", "ForkOrigin", "Session", "SessionPage", "SessionSummary", "utcnow"]
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
@@ -170,6 +170,17 @@ class EventsAndState:
         return found
 
 
+class ForkOrigin(BaseModel):
+    """Where a fork came from: the source session's id, the version it was forked at,
+    and the id of the last event copied (None: the source's whole history then)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    session_id: str
+    version: int
+    event_id: str | None = None
+
+
 class Session(BaseModel, EventsAndState):
     """One conversation: its events in order, a JSON state dict, owner and version.
 
@@ -186,6 +197,8 @@ class Session(BaseModel, EventsAndState):
     created_at: AwareDatetime = Field(default_factory=utcnow)
     updated_at: AwareDatetime = Field(default_factory=utcnow)
     version: int = 0
+    #: Set on a session made by `SessionManager.fork`: where it was forked from.
+    forked_from: ForkOrigin | None = None
 
     # What the copy looked like when loaded or last saved (a `_tracking.LoadedState`),
     # so that save() writes only what changed; None for a Session built by hand.
@@ -261,6 +274,8 @@ class SessionSummary:
     updated_at: datetime
     event_count: int
     version: int
+    #: Where the session was forked from (`SessionManager.fork`), or None.
+    forked_from: ForkOrigin | None = None
 
 
 @dataclass(frozen=True, slots=True)

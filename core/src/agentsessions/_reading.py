@@ -43,6 +43,7 @@ async def get(
         partial=last_events is not None,
         lineage=record.lineage,
         shift=shift,
+        forked_from=record.forked_from,
     )
 
 
@@ -105,4 +106,5 @@ async def reload(
         partial=partial,
         lineage=record.lineage,
         shift=shift,
+        forked_from=record.forked_from,
     )

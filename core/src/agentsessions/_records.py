@@ -24,14 +24,16 @@ from ._errors import (
     SessionNotFoundError,
     SessionSerializationError,
 )
-from ._models import Event, SessionSummary
+from ._models import Event, ForkOrigin, SessionSummary
 from ._tracking import LazyEvents, StoredEvents
 
 __all__ = [
     "Capabilities",
     "CompactRequest",
     "EventRecord",
+    "ForkRequest",
     "LoadedSession",
+    "RewindRequest",
     "SaveRequest",
     "SessionRecord",
     "TOKENS_KEPT",
@@ -41,6 +43,8 @@ __all__ = [
     "decode_summary",
     "encode_record",
     "expiry_millis",
+    "fork_fields",
+    "fork_origin",
     "refused",
     "encode_cursor",
     "from_micros",
@@ -90,6 +94,8 @@ class Capabilities:
     ``max_state_bytes``: the largest encoded state, if it has a limit. The manager
     refuses anything larger with `SessionTooLargeError` before any I/O.
     ``compaction``: the backend implements `SessionManager._compact` (and its archive).
+    ``branching``: the backend implements `SessionManager._fork`, ``_rewind`` and
+    ``_list_forks`` (`SessionManager.fork`, `rewind`, ``list_sessions(forked_from=...)``).
     """
 
     persistent: bool = False
@@ -99,6 +105,7 @@ class Capabilities:
     max_event_bytes: int | None = None
     max_state_bytes: int | None = None
     compaction: bool = False
+    branching: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +131,9 @@ class SessionRecord:
     expires_at: datetime | None
     event_count: int
     lineage: str = ""
+    #: Where a fork came from (`SessionManager.fork`); stored by `_fork` and `_restore`,
+    #: returned by every load and listing, never changed by a save.
+    forked_from: ForkOrigin | None = None
 
     def since_position(self, event_count: int, lineage: str) -> int:
         """Where `SessionManager._load_since` starts reading for a caller holding
@@ -141,7 +151,22 @@ class SessionRecord:
             updated_at=self.updated_at,
             event_count=self.event_count,
             version=self.version,
+            forked_from=self.forked_from,
         )
+
+
+def fork_origin(
+    source: str | bytes | None, version: int | str | bytes | None, event_id: str | bytes | None
+) -> ForkOrigin | None:
+    """The `ForkOrigin` an engine stored as three nullable fields (source id, its version,
+    the cut event id), or None when the session is no fork (no source)."""
+    if source is None or version is None:
+        return None
+    return ForkOrigin.model_construct(
+        session_id=_text(source),
+        version=int(version if isinstance(version, int) else _text(version)),
+        event_id=None if event_id is None else _text(event_id),
+    )
 
 
 def decode_record(fields: Sequence[Any]) -> SessionRecord:
@@ -149,10 +174,12 @@ def decode_record(fields: Sequence[Any]) -> SessionRecord:
 
     Text may come as str or UTF-8 bytes, numbers as ints or their digits, timestamps
     as datetimes or `to_micros` integers; a missing owner or expiry is None. The
-    lineage may be left out or None (then it is "", unknown).
+    lineage may be left out or None (then it is "", unknown); it may be followed by
+    the three fields of `fork_origin` (source id, version, cut event id).
     """
     session_id, user_id, state, version, created, updated, expires, count, *rest = fields
     lineage = rest[0] if rest else None
+    origin = fork_origin(*rest[1:4]) if len(rest) >= 4 else None
     return SessionRecord(
         _text(session_id),
         None if user_id is None else _text(user_id),
@@ -163,6 +190,7 @@ def decode_record(fields: Sequence[Any]) -> SessionRecord:
         None if expires is None else _when(expires),
         int(count),
         "" if lineage is None else _text(lineage),
+        origin,
     )
 
 
@@ -195,8 +223,9 @@ def unstamp_lineage(stored: str | bytes | None, version: int | str | bytes | Non
 
 
 def decode_summary(fields: Sequence[Any]) -> SessionSummary:
-    """A `SessionSummary` from an engine's row in its field order, as `decode_record`."""
-    session_id, user_id, created, updated, count, version = fields
+    """A `SessionSummary` from an engine's row in its field order, as `decode_record`
+    (the three fields of `fork_origin` may follow)."""
+    session_id, user_id, created, updated, count, version, *origin = fields
     return SessionSummary(
         _text(session_id),
         None if user_id is None else _text(user_id),
@@ -204,7 +233,16 @@ def decode_summary(fields: Sequence[Any]) -> SessionSummary:
         _when(updated),
         int(count),
         int(version),
+        fork_origin(*origin) if len(origin) == 3 else None,
     )
+
+
+def fork_fields(record: SessionRecord) -> tuple[str | None, int | None, str | None]:
+    """*record*'s ``forked_from`` as the three nullable fields `fork_origin` reads."""
+    origin = record.forked_from
+    if origin is None:
+        return (None, None, None)
+    return (origin.session_id, origin.version, origin.event_id)
 
 
 def _text(value: str | bytes) -> str:
@@ -349,12 +387,97 @@ class CompactRequest:
         return _expects(self, version, lineage)
 
 
-def _expects(request: SaveRequest | CompactRequest, version: int, lineage: str) -> bool:
+@dataclass(frozen=True, slots=True)
+class ForkRequest:
+    """One atomic fork: a new session holding a prefix of a stored one, copied by the engine.
+
+    Apply it all or nothing, as of one consistent snapshot of the source:
+
+    1. the source ``source_id`` must be live (else `SessionNotFoundError`) and, when
+       ``user_id`` is not None, owned by it (else `SessionOwnershipError`);
+    2. the copied prefix is every event up to and including the one whose id is
+       ``through_event_id`` (None: all of them); no such event is an
+       `InvalidInputError` naming it;
+    3. ``session_id`` must not be live (else `SessionExistsError`; an expired one is
+       replaced, with its events and archive removed, as by `SessionManager._create`);
+    4. insert the new session: owner and (when ``state`` is None) state copied from the
+       source, ``version`` 1, ``created_at == updated_at == created_at`` given,
+       ``expires_at`` and ``lineage`` as given, ``event_count`` the prefix's length,
+       ``forked_from`` = (``source_id``, the source's version read, ``through_event_id``);
+       then its events at positions 0 .. n-1, copied inside the engine (they never
+       travel to the client), with no archive and no save tokens.
+
+    Nothing of the source changes. The hook returns the new session's record.
+    Any failure writes nothing.
+    """
+
+    source_id: str
+    session_id: str
+    through_event_id: str | None
+    #: The new session's state as stored JSON text, or None to copy the source's.
+    state: str | None
+    user_id: str | None
+    created_at: datetime
+    expires_at: datetime | None
+    lineage: str
+
+
+@dataclass(frozen=True, slots=True)
+class RewindRequest:
+    """One atomic rewind: drop the events at positions ``>= keep``.
+
+    Apply it all or nothing, only if the stored version is still ``expected_version``
+    and, unless ``expected_lineage`` is "", the stored lineage is still
+    ``expected_lineage`` (else `SessionConflictError`; if the session is not live,
+    `SessionNotFoundError`):
+
+    1. if ``archive``, copy the events at positions ``keep ..`` to the session's
+       archive (as `CompactRequest` does, tagged with ``expected_version``), inside
+       the engine;
+    2. delete them (a range delete of the tail: O(dropped));
+    3. write ``version``, ``updated_at``, ``expires_at``, ``event_count`` (= ``keep``)
+       and ``lineage``, keeping state, owner, ``created_at`` and ``forked_from``, and
+       store ``token`` like a save's (a request whose token is stored landed before).
+
+    Positions are logical, as in `CompactRequest`.
+    """
+
+    session_id: str
+    expected_version: int
+    version: int
+    updated_at: datetime
+    expires_at: datetime | None
+    stored_event_count: int
+    keep: int
+    archive: bool = False
+    token: str = ""
+    lineage: str = ""
+    expected_lineage: str = ""
+
+    @property
+    def event_count(self) -> int:
+        """How many events the session holds once the rewind lands."""
+        return self.keep
+
+    @property
+    def dropped(self) -> int:
+        """How many events the rewind removes."""
+        return self.stored_event_count - self.keep
+
+    def expects(self, version: int, lineage: str) -> bool:
+        """Whether a stored session at *version* with *lineage* is the one this request
+        was made from (see `SaveRequest.expects`)."""
+        return _expects(self, version, lineage)
+
+
+def _expects(
+    request: SaveRequest | CompactRequest | RewindRequest, version: int, lineage: str
+) -> bool:
     return version == request.expected_version and request.expected_lineage in ("", lineage)
 
 
 def refused(
-    request: SaveRequest | CompactRequest,
+    request: SaveRequest | CompactRequest | RewindRequest,
     *,
     live: bool,
     stored_version: int | None = None,

@@ -9,7 +9,7 @@ from . import _deadline, _json
 from ._errors import InvalidInputError, PartialSessionError
 from ._ids import new_lineage, optional_id, validate_id
 from ._input import aware, check_event_sizes, encode_events
-from ._models import Session, mark_sent
+from ._models import ForkOrigin, Session, mark_sent
 from ._records import EventRecord, SessionRecord
 from ._tracking import mark_loaded
 
@@ -66,9 +66,23 @@ def check_restorable(session: object) -> Restorable:
             updated_at=updated_at,
             expires_at=None,
             event_count=len(encoded),
+            forked_from=_fork_origin(session.forked_from),
         ),
         encoded,
     )
+
+
+def _fork_origin(value: object) -> ForkOrigin | None:
+    """A restored session's ``forked_from``, checked (it is stored as given)."""
+    if value is None:
+        return None
+    if not isinstance(value, ForkOrigin):
+        raise InvalidInputError(f"forked_from must be a ForkOrigin or None, not {value!r}")
+    validate_id(value.session_id, "forked_from.session_id")
+    optional_id(value.event_id, "forked_from.event_id")
+    if type(value.version) is not int or value.version < 1:
+        raise InvalidInputError(f"forked_from.version must be an int >= 1, not {value.version!r}")
+    return value
 
 
 async def create(
@@ -128,6 +142,7 @@ async def restore(manager: SessionManager, session: Session) -> Session:
         created_at=record.created_at,
         updated_at=record.updated_at,
         version=record.version,
+        forked_from=record.forked_from,
     )
     mark_loaded(restored, lineage=record.lineage)
     return restored

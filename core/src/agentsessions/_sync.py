@@ -39,7 +39,7 @@ from ._errors import (
     SessionNotFoundError,
 )
 from ._manager import DEFAULT_UPDATE_RETRIES, ManagerOptions, SessionManager, backoff_delay
-from ._models import Event, Session, SessionPage
+from ._models import Event, Session, SessionPage, SessionSummary
 from ._records import Capabilities
 from ._registry import connect as connect_async
 from ._saving import save_until_answered
@@ -320,10 +320,19 @@ class SyncSessionManager:
         return self._run(self._manager.delete_user(user_id))
 
     def list_sessions(
-        self, *, user_id: str | None = None, limit: int = 100, cursor: str | None = None
+        self,
+        *,
+        user_id: str | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+        forked_from: str | None = None,
     ) -> SessionPage:
         """A page of summaries, newest created first; page on with ``next_cursor``."""
-        return self._run(self._manager.list_sessions(user_id=user_id, limit=limit, cursor=cursor))
+        return self._run(
+            self._manager.list_sessions(
+                user_id=user_id, limit=limit, cursor=cursor, forked_from=forked_from
+            )
+        )
 
     def purge_expired(self) -> int:
         """Remove expired sessions now; returns how many."""
@@ -349,6 +358,26 @@ class SyncSessionManager:
     def archived_events(self, session_id: str, *, user_id: str | None = None) -> list[Event]:
         """What compactions with ``archive=True`` removed from the session, oldest first."""
         return self._run(self._manager.archived_events(session_id, user_id=user_id))
+
+    def fork(
+        self,
+        source_id: str,
+        new_id: str,
+        *,
+        through_event_id: str | None = None,
+        user_id: str | None = None,
+        state: dict[str, Any] | None = None,
+    ) -> SessionSummary:
+        """Create *new_id* from a prefix of *source_id* (see `SessionManager.fork`)."""
+        return self._run(
+            self._manager.fork(
+                source_id, new_id, through_event_id=through_event_id, user_id=user_id, state=state
+            )
+        )
+
+    def rewind(self, session: Session, through_event_id: str, *, archive: bool = False) -> None:
+        """Drop the events after *through_event_id* (see `SessionManager.rewind`)."""
+        self._run(self._manager.rewind(session, through_event_id, archive=archive))
 
 
 def connect(url: str, **options: Any) -> SyncSessionManager:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, SupportsIndex
 from pydantic import TypeAdapter
 from pydantic_core import SchemaValidator, core_schema, from_json
 
-from ._models import Event, Session
+from ._models import Event, ForkOrigin, Session
 
 if TYPE_CHECKING:
     from ._records import SaveRequest
@@ -608,6 +608,7 @@ def loaded_session(
     partial: bool = False,
     lineage: str = "",
     shift: int | None = None,
+    forked_from: ForkOrigin | None = None,
 ) -> Session:
     """A `Session` fresh out of the store, already tracked: what ``model_construct``
     followed by `mark_loaded` builds, without their generic machinery (each load of
@@ -631,6 +632,7 @@ def loaded_session(
             "created_at": created_at,
             "updated_at": updated_at,
             "version": version,
+            "forked_from": forked_from,
         },
     )
     _set_attribute(session, "__pydantic_fields_set__", set(_SESSION_FIELDS))

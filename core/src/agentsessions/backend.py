@@ -36,6 +36,7 @@ What every hook may rely on, and must honour:
   lock shared by all loops is a `LoopLock`, never an ``asyncio.Lock``.
 """
 
+from ._branching import fork_by_copy
 from ._deadline import ErrorRule
 from ._diagnosis import Finding, Severity, clock_skew, finding, schema_version
 from ._loops import LoopLock, PerLoop
@@ -56,7 +57,9 @@ from ._records import (
     Capabilities,
     CompactRequest,
     EventRecord,
+    ForkRequest,
     LoadedSession,
+    RewindRequest,
     SaveRequest,
     SessionRecord,
     decode_cursor,
@@ -66,6 +69,8 @@ from ._records import (
     encode_cursor,
     encode_record,
     expiry_millis,
+    fork_fields,
+    fork_origin,
     from_micros,
     refused,
     stamp_lineage,
@@ -94,11 +99,13 @@ __all__ = [
     "ErrorRule",
     "EventRecord",
     "Finding",
+    "ForkRequest",
     "LoadedSession",
     "LoopLock",
     "ManagerOptions",
     "PerLoop",
     "PoolSize",
+    "RewindRequest",
     "SaveRequest",
     "SchemaTooNewError",
     "ServerURL",
@@ -116,6 +123,9 @@ __all__ = [
     "encode_record",
     "expiry_millis",
     "finding",
+    "fork_by_copy",
+    "fork_fields",
+    "fork_origin",
     "from_micros",
     "hookimpl",
     "hookspec",

@@ -48,10 +48,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, NamedTuple
 
+from agentsessions import ForkOrigin
 from agentsessions.backend import (
     EventRecord,
     SessionRecord,
     expiry_millis,
+    fork_fields,
+    fork_origin,
     from_micros,
     stamp_lineage,
     to_micros,
@@ -73,6 +76,7 @@ __all__ = [
     "info_of",
     "PENDING",
     "expired_filters",
+    "forks_filter",
     "is_expired",
     "lineage_of",
     "live_filter",
@@ -139,6 +143,11 @@ async def create_indexes(
             IndexModel([("expires_at", ASCENDING)], expireAfterSeconds=0),
             IndexModel([("created_at", DESCENDING), ("_id", DESCENDING)]),
             IndexModel([("user_id", ASCENDING), ("created_at", DESCENDING), ("_id", DESCENDING)]),
+            # A session's forks, in listing order (sparse: most sessions are no fork).
+            IndexModel(
+                [("forked_from.session_id", 1), ("created_at", DESCENDING), ("_id", DESCENDING)],
+                sparse=True,
+            ),
         ]
     )
     await events.create_indexes([IndexModel([("session", 1), ("gen", 1), ("pos", 1)], unique=True)])
@@ -231,7 +240,23 @@ def session_doc(record: SessionRecord, incarnation: ObjectId, gen: ObjectId) -> 
         "lineage": stamp_lineage(record.lineage, record.version),
         "incarnation": incarnation,
         "segments": [[0, gen]],
+        **_origin_doc(record),
     }
+
+
+def _origin_doc(record: SessionRecord) -> dict[str, Any]:
+    """A fork's ``forked_from`` sub-document (absent for a session that is no fork)."""
+    source, version, event_id = fork_fields(record)
+    if source is None:
+        return {}
+    return {"forked_from": {"session_id": source, "version": version, "event_id": event_id}}
+
+
+def forks_filter(
+    source_id: str, user_id: str | None, after: tuple[datetime, str] | None, now: datetime
+) -> dict[str, Any]:
+    """`list_filter` narrowed to the forks of *source_id*."""
+    return {**list_filter(user_id, after, now), "forked_from.session_id": source_id}
 
 
 def record_of(doc: dict[str, Any]) -> SessionRecord:
@@ -245,7 +270,14 @@ def record_of(doc: dict[str, Any]) -> SessionRecord:
         expires_at=doc.get("expires_at"),
         event_count=doc["event_count"],
         lineage=lineage_of(doc),
+        forked_from=_origin_of(doc.get("forked_from")),
     )
+
+
+def _origin_of(origin: dict[str, Any] | None) -> ForkOrigin | None:
+    if origin is None:
+        return None
+    return fork_origin(origin["session_id"], origin["version"], origin.get("event_id"))
 
 
 def lineage_of(doc: dict[str, Any]) -> str:

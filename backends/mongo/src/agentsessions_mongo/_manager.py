@@ -60,12 +60,15 @@ from agentsessions.backend import (
     ErrorRule,
     EventRecord,
     Finding,
+    ForkRequest,
     LoadedSession,
     ManagerOptions,
+    RewindRequest,
     SaveRequest,
     SessionManager,
     SessionRecord,
     decode_events,
+    fork_by_copy,
     refused,
     scrub_secret,
     stamp_lineage,
@@ -100,6 +103,7 @@ from ._layout import (
     create_indexes,
     event_docs,
     expiry_date,
+    forks_filter,
     info_of,
     is_expired,
     list_filter,
@@ -133,9 +137,9 @@ _TOO_LARGE = "larger than the server's limit of 16,777,216 bytes per BSON docume
 _TOO_LARGE_CODES = frozenset({10334, 17419, 17420})
 
 Doc = dict[str, Any]
-W = TypeVar("W", SaveRequest, CompactRequest)
+W = TypeVar("W", SaveRequest, CompactRequest, RewindRequest)
 _SUMMARY_FIELDS = dict.fromkeys(
-    ("user_id", "created_at", "updated_at", "event_count", "version"), 1
+    ("user_id", "created_at", "updated_at", "event_count", "version", "forked_from"), 1
 )
 
 
@@ -194,6 +198,7 @@ class MongoSessionManager(SessionManager):
         max_event_bytes=_MAX_DOCUMENT_BYTES,
         max_state_bytes=_MAX_DOCUMENT_BYTES,
         compaction=True,
+        branching=True,
     )
     db_system = "mongodb"
     default_port = 27017
@@ -475,7 +480,7 @@ class MongoSessionManager(SessionManager):
         )
 
     async def _stored_info(
-        self, request: SaveRequest | CompactRequest, now: datetime
+        self, request: SaveRequest | CompactRequest | RewindRequest, now: datetime
     ) -> SessionInfo:
         """The stored session as *request* expects it; `_Landed` if its token is stored,
         else the contract error of a session gone or at another version."""
@@ -696,6 +701,102 @@ class MongoSessionManager(SessionManager):
         )
         return True
 
+    # -- branching ---------------------------------------------------------------------------
+
+    async def _fork(self, request: ForkRequest, now: datetime) -> SessionRecord:
+        # MongoDB has no atomic copy between a session's documents and another's short of
+        # a multi-document transaction (which a standalone server lacks): the fork is the
+        # source's one consistent load, stored with the restore's pending-then-publish.
+        validate_id(request.session_id)
+        return await fork_by_copy(self, request, now)
+
+    async def _rewind(self, request: RewindRequest, now: datetime) -> None:
+        validate_id(request.session_id)
+        await self._publish(self._try_rewind, request, now)
+
+    async def _try_rewind(self, request: RewindRequest, info: SessionInfo, now: datetime) -> bool:
+        """One attempt, published like a save's; False when the session was re-created.
+
+        A pure truncation: the segments that own positions before the cut stay, the
+        tail's event documents become unpublished (deleted after the publish), and the
+        archive, when asked, gets them first, tagged like a compaction's.
+        """
+        session_id = request.session_id
+        writer = ObjectId()
+        cut = info.first + request.keep
+        archived = False
+        if request.archive and request.keep < info.event_count:
+            texts = await self._read_texts(session_id, info, request.keep, info.event_count)
+            if texts is None:  # a later publish's cleanup: this rewind has lost
+                if await self._explain_failed_publish(request, now):
+                    return True
+                raise SessionConflictError(session_id, request.expected_version)
+            docs = archive_docs(session_id, info.incarnation, writer, request.version, texts)
+            await self._archive.insert_many(docs, ordered=True)
+            archived = True
+        # A fresh generation for the positions from the cut on, so that an append after
+        # the rewind never meets a dropped event not yet cleaned up.
+        segments = (*(segment for segment in info.segments if segment[0] < cut), (cut, ObjectId()))
+        update: Doc = {
+            "version": request.version,
+            "updated_at": to_micros(request.updated_at),
+            "expires_at": expiry_date(request.expires_at),
+            "event_count": request.event_count,
+            "lineage": stamp_lineage(request.lineage, request.version),
+            "segments": [list(segment) for segment in segments],
+        }
+        push: Doc = {"tokens": {"$each": [request.token], "$slice": -TOKENS_KEPT}}
+        if archived:
+            push["archives"] = writer
+        published = await self._sessions.update_one(
+            {
+                "_id": session_id,
+                "version": request.expected_version,
+                "incarnation": info.incarnation,
+                **_lineage_filter(request),
+                **live_filter(now),
+            },
+            {"$set": update, "$push": push},
+        )
+        if not published.matched_count:
+            if archived:
+                await self._quietly(self._archive.delete_many({"writer": writer}))
+            self._infos.pop(session_id, None)
+            return await self._explain_failed_publish(request, now)
+        stored = SessionInfo(
+            request.version,
+            info.incarnation,
+            segments,
+            request.event_count,
+            info.first,
+            request.lineage,
+        )
+        self._remember(session_id, stored)
+        await self._quietly(
+            self._events.delete_many(
+                stale_events_filter(
+                    session_id, info.incarnation, list(segments), stored.end, request.version
+                )
+            )
+        )
+        return True
+
+    async def _list_forks(
+        self,
+        source_id: str,
+        user_id: str | None,
+        limit: int,
+        after: tuple[datetime, str] | None,
+        now: datetime,
+    ) -> list[SessionSummary]:
+        docs = (
+            await self._sessions.find(forks_filter(source_id, user_id, after, now), _SUMMARY_FIELDS)
+            .sort([("created_at", DESCENDING), ("_id", DESCENDING)])
+            .limit(limit)
+            .to_list(None)
+        )
+        return [record_of({**doc, "state": ""}).summary() for doc in docs]
+
     async def _archived(self, session_id: str, now: datetime) -> list[str]:
         validate_id(session_id)
         doc = await self._sessions.find_one(
@@ -731,7 +832,7 @@ class MongoSessionManager(SessionManager):
         )
 
     async def _explain_failed_publish(
-        self, request: SaveRequest | CompactRequest, now: datetime
+        self, request: SaveRequest | CompactRequest | RewindRequest, now: datetime
     ) -> bool:
         """Why the conditional update matched nothing: True if *request* landed before
         (an earlier attempt of this very save), False if worth retrying; else raise."""
@@ -786,7 +887,7 @@ async def _prepare(link: Link) -> None:
     await create_indexes(link.sessions, link.events, link.archive)
 
 
-def _lineage_filter(request: SaveRequest | CompactRequest) -> Doc:
+def _lineage_filter(request: SaveRequest | CompactRequest | RewindRequest) -> Doc:
     """The publish filter's lineage clause: none when the request names no lineage."""
     if not request.expected_lineage:
         return {}

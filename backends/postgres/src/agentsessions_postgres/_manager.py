@@ -36,7 +36,11 @@ from agentsessions import (
     BackendReadOnlyError,
     BackendTimeoutError,
     DatabaseNotFoundError,
+    ForkOrigin,
+    InvalidInputError,
     SessionExistsError,
+    SessionNotFoundError,
+    SessionOwnershipError,
     SessionSummary,
 )
 from agentsessions.backend import (
@@ -45,13 +49,17 @@ from agentsessions.backend import (
     ErrorRule,
     EventRecord,
     Finding,
+    ForkRequest,
     LoadedSession,
     ManagerOptions,
+    RewindRequest,
     SaveRequest,
     SessionManager,
     SessionRecord,
     decode_events,
     encode_record,
+    fork_fields,
+    fork_origin,
     parse_server_url,
     refused,
 )
@@ -62,8 +70,10 @@ from ._schema import (
     LATEST_VERSION,
     OTHER_LIFE,
     compact_statement,
+    list_forks_statement,
     list_statement,
     migrate,
+    rewind_statement,
     save_statement,
     statements,
 )
@@ -167,7 +177,7 @@ class PostgresSessionManager(SessionManager):
     driver_errors = _DRIVER_ERRORS
     driver_query_params: ClassVar[frozenset[str]] = DRIVER_QUERY_PARAMS
     capabilities = Capabilities(
-        persistent=True, shared=True, ttl=True, namespaces=True, compaction=True
+        persistent=True, shared=True, ttl=True, namespaces=True, compaction=True, branching=True
     )
     db_system = "postgresql"
     default_port = 5432
@@ -343,7 +353,7 @@ class PostgresSessionManager(SessionManager):
             # upsert's WHERE false and returns no row. The row lock it takes keeps the
             # session invisible to others until the events are in too.
             replaced = await connection.fetchval(
-                sql.restore_session, self._ns, *encode_record(record), now
+                sql.restore_session, self._ns, *encode_record(record), now, *fork_fields(record)
             )
             if replaced is None:
                 raise SessionExistsError(session_id)
@@ -421,8 +431,94 @@ class PostgresSessionManager(SessionManager):
             args.append(request.replaced)
         await self._checked_write(sql, args, request)
 
+    @_write
+    async def _fork(self, request: ForkRequest, now: datetime) -> SessionRecord:
+        sql, ns = self._sql, self._ns
+        source_id, new_id = request.source_id, request.session_id
+        async with self._connection() as connection, self._transaction(connection):
+            # FOR SHARE: a save of the source waits until the copy is committed, so the
+            # fork is the one version read here, whatever the isolation level.
+            row = await connection.fetchrow(sql.fork_source, ns, source_id, now)
+            if row is None:
+                raise SessionNotFoundError(source_id)
+            owner, state, version, count, first = row
+            if request.user_id is not None and owner != request.user_id:
+                raise SessionOwnershipError(source_id, request.user_id)
+            if request.through_event_id is not None:
+                position = await connection.fetchval(
+                    sql.find_event, ns, source_id, request.through_event_id
+                )
+                if position is None:
+                    raise InvalidInputError(
+                        f"session {source_id!r} holds no event with id {request.through_event_id!r}"
+                    )
+                count = position - first + 1
+            record = SessionRecord(
+                session_id=new_id,
+                user_id=owner,
+                state=state if request.state is None else request.state,
+                version=1,
+                created_at=request.created_at,
+                updated_at=request.created_at,
+                expires_at=request.expires_at,
+                event_count=count,
+                lineage=request.lineage,
+                forked_from=ForkOrigin(
+                    session_id=source_id, version=version, event_id=request.through_event_id
+                ),
+            )
+            replaced = await connection.fetchval(
+                sql.restore_session, ns, *encode_record(record), now, *fork_fields(record)
+            )
+            if replaced is None:
+                raise SessionExistsError(new_id)
+            if replaced:
+                await connection.execute(sql.delete_events, ns, new_id)
+                await connection.execute(sql.delete_archive, ns, new_id)
+            if count:
+                await connection.execute(
+                    sql.copy_events, ns, new_id, first, source_id, first + count
+                )
+        return record
+
+    @_write
+    async def _rewind(self, request: RewindRequest, now: datetime) -> None:
+        sql = rewind_statement(self.options.schema, archive=request.archive)
+        args: list[Any] = [
+            self._ns,
+            request.session_id,
+            request.expected_version,
+            now,
+            request.version,
+            request.updated_at,
+            request.expires_at,
+            request.event_count,
+            request.token,
+            request.lineage,
+            request.expected_lineage,
+        ]
+        await self._checked_write(sql, args, request)
+
+    async def _list_forks(
+        self,
+        source_id: str,
+        user_id: str | None,
+        limit: int,
+        after: tuple[datetime, str] | None,
+        now: datetime,
+    ) -> list[SessionSummary]:
+        sql = list_forks_statement(
+            self.options.schema, by_user=user_id is not None, paged=after is not None
+        )
+        args: list[Any] = [self._ns, now, limit, source_id]
+        if user_id is not None:
+            args.append(user_id)
+        if after is not None:
+            args.extend(after)
+        return [_summary(row) for row in await self._read(sql, *args)]
+
     async def _checked_write(
-        self, sql: str, args: list[Any], request: SaveRequest | CompactRequest
+        self, sql: str, args: list[Any], request: SaveRequest | CompactRequest | RewindRequest
     ) -> None:
         """Run a save or compaction statement; its outcome is `save_statement`'s."""
         async with self._connection() as connection:
@@ -480,7 +576,7 @@ class PostgresSessionManager(SessionManager):
             args.append(user_id)
         if after is not None:
             args.extend(after)
-        return [SessionSummary(*row) for row in await self._read(sql, *args)]
+        return [_summary(row) for row in await self._read(sql, *args)]
 
     @_write
     async def _purge_expired(self, now: datetime) -> int:
@@ -504,9 +600,18 @@ def _loaded(rows: list[asyncpg.Record]) -> LoadedSession | None:
     """The session a load statement read (one row), or None when it found none."""
     if not rows:
         return None
-    *fields, texts = rows[0]
+    sid, user, state, version, created, updated, expires, count, lineage, *origin, texts = rows[0]
     # ARRAY(... ORDER BY position) keeps the index order without the sort that an
     # ordered aggregate such as string_agg costs (8 ms against 6 ms at 5,000 events);
     # the texts are then decoded in one batch.
     events = decode_events(texts) if texts else []
-    return LoadedSession(SessionRecord(*fields), events)
+    record = SessionRecord(
+        sid, user, state, version, created, updated, expires, count, lineage, fork_origin(*origin)
+    )
+    return LoadedSession(record, events)
+
+
+def _summary(row: asyncpg.Record) -> SessionSummary:
+    """A listing row: the summary's six fields, then the fork origin's three."""
+    sid, user, created, updated, count, version, *origin = row
+    return SessionSummary(sid, user, created, updated, count, version, fork_origin(*origin))

@@ -53,10 +53,12 @@ __all__ = [
     "OTHER_LIFE",
     "Statements",
     "compact_statement",
+    "list_forks_statement",
     "list_statement",
     "migrate",
     "migration_lock_key",
     "quote_ident",
+    "rewind_statement",
     "save_statement",
     "statements",
 ]
@@ -147,6 +149,22 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         """
         ALTER TABLE {s}.agentsessions_sessions
             ADD COLUMN IF NOT EXISTS lineage text NOT NULL DEFAULT ''
+        """,
+    ),
+    # Branching: where a fork came from (SessionRecord.forked_from), all NULL for a
+    # session that is no fork (no table rewrite); the index lists one session's forks.
+    5: (
+        """
+        ALTER TABLE {s}.agentsessions_sessions
+            ADD COLUMN IF NOT EXISTS fork_source text COLLATE "C",
+            ADD COLUMN IF NOT EXISTS fork_version bigint,
+            ADD COLUMN IF NOT EXISTS fork_event text
+        """,
+        """
+        CREATE INDEX IF NOT EXISTS agentsessions_sessions_by_fork
+            ON {s}.agentsessions_sessions
+                (namespace, fork_source, created_at DESC, session_id DESC)
+            WHERE fork_source IS NOT NULL
         """,
     ),
 }
@@ -245,7 +263,8 @@ class Statements:
         UPDATE {s}.agentsessions_sessions
         SET user_id = $3, state = $4::json, version = $5, event_count = $9,
             created_at = $6, updated_at = $7, expires_at = $8, save_tokens = '{}',
-            first_position = 0, lineage = $10
+            first_position = 0, lineage = $10, fork_source = NULL, fork_version = NULL,
+            fork_event = NULL
         WHERE namespace = $1 AND session_id = $2 AND expires_at <= $6
         RETURNING true
     """
@@ -268,16 +287,20 @@ class Statements:
     """
 
     # -- restore: the record exactly as given, then its events, in one transaction --
-    # $1 ns, $2..$9 the record as for a create, $10 lineage, $11 now
+    # $1 ns, $2..$9 the record as for a create, $10 lineage, $11 now, $12..$14 the
+    # fork origin (source, version, cut event; NULL for a session that is no fork)
     restore_session: str = """
         INSERT INTO {s}.agentsessions_sessions (namespace, session_id, user_id, state,
-            version, created_at, updated_at, expires_at, event_count, lineage)
-        VALUES ($1, $2, $3, $4::json, $5, $6, $7, $8, $9, $10)
+            version, created_at, updated_at, expires_at, event_count, lineage,
+            fork_source, fork_version, fork_event)
+        VALUES ($1, $2, $3, $4::json, $5, $6, $7, $8, $9, $10, $12, $13, $14)
         ON CONFLICT (namespace, session_id) DO UPDATE SET
             user_id = excluded.user_id, state = excluded.state, version = excluded.version,
             event_count = excluded.event_count, created_at = excluded.created_at,
             updated_at = excluded.updated_at, expires_at = excluded.expires_at,
-            first_position = 0, save_tokens = '{}', lineage = excluded.lineage
+            first_position = 0, save_tokens = '{}', lineage = excluded.lineage,
+            fork_source = excluded.fork_source, fork_version = excluded.fork_version,
+            fork_event = excluded.fork_event
         WHERE {s}.agentsessions_sessions.expires_at <= $11
         RETURNING (xmax::text <> '0') AS replaced
     """
@@ -293,14 +316,14 @@ class Statements:
     # $1 ns, $2 id, $3 now [, $4 last_events]
     load_record: str = """
         SELECT session_id, user_id, state, version, created_at, updated_at, expires_at,
-               event_count, lineage,
+               event_count, lineage, fork_source, fork_version, fork_event,
                NULL::text[] AS events
         FROM {s}.agentsessions_sessions
         WHERE namespace = $1 AND session_id = $2 AND (expires_at IS NULL OR expires_at > $3)
     """
     load_all: str = """
         SELECT session_id, user_id, state, version, created_at, updated_at, expires_at,
-               event_count, lineage,
+               event_count, lineage, fork_source, fork_version, fork_event,
                ARRAY(SELECT e.data::text FROM {s}.agentsessions_events e
                      WHERE e.namespace = $1 AND e.session_id = $2
                      ORDER BY e.position) AS events
@@ -311,7 +334,7 @@ class Statements:
     # lineage is unchanged, else all of them (see SessionManager._load_since).
     load_since: str = """
         SELECT session_id, user_id, state, version, created_at, updated_at, expires_at,
-               event_count, lineage,
+               event_count, lineage, fork_source, fork_version, fork_event,
                ARRAY(SELECT e.data::text FROM {s}.agentsessions_events e
                      WHERE e.namespace = $1 AND e.session_id = $2
                        AND e.position >= first_position
@@ -323,7 +346,7 @@ class Statements:
     """
     load_last: str = """
         SELECT session_id, user_id, state, version, created_at, updated_at, expires_at,
-               event_count, lineage,
+               event_count, lineage, fork_source, fork_version, fork_event,
                ARRAY(SELECT w.data::text
                      FROM (SELECT e.position, e.data FROM {s}.agentsessions_events e
                            WHERE e.namespace = $1 AND e.session_id = $2
@@ -331,6 +354,28 @@ class Statements:
                      ORDER BY w.position) AS events
         FROM {s}.agentsessions_sessions
         WHERE namespace = $1 AND session_id = $2 AND (expires_at IS NULL OR expires_at > $3)
+    """
+
+    # -- fork: one transaction, the source row share-locked so that no save lands in
+    # between; the events are copied row to row by the server --
+    # $1 ns, $2 source id, $3 now
+    fork_source: str = """
+        SELECT user_id, state::text, version, event_count, first_position
+        FROM {s}.agentsessions_sessions
+        WHERE namespace = $1 AND session_id = $2 AND (expires_at IS NULL OR expires_at > $3)
+        FOR SHARE
+    """
+    # $1 ns, $2 source id, $3 the cut event's id
+    find_event: str = """
+        SELECT position FROM {s}.agentsessions_events
+        WHERE namespace = $1 AND session_id = $2 AND data->>'id' = $3
+        LIMIT 1
+    """
+    # $1 ns, $2 new id, $3 the source's first position, $4 source id, $5 end position
+    copy_events: str = """
+        INSERT INTO {s}.agentsessions_events (namespace, session_id, position, data)
+        SELECT namespace, $2, position - $3, data FROM {s}.agentsessions_events
+        WHERE namespace = $1 AND session_id = $4 AND position < $5
     """
 
     # -- save: see `save_statement` --
@@ -537,6 +582,83 @@ def compact_statement(schema: str, *, archive: bool) -> str:
     return sql.replace("{s}", quote_ident(schema))
 
 
+@lru_cache(maxsize=64)
+def rewind_statement(schema: str, *, archive: bool) -> str:
+    """The single statement of a rewind (see `agentsessions.backend.RewindRequest`).
+
+    Parameters: $1 ns, $2 id, $3 expected version, $4 now, $5 new version, $6 updated,
+    $7 expires_at, $8 new event count (what is kept), $9 token, $10 lineage, $11 the
+    expected lineage ("" skips its check). The tail past the kept events is deleted
+    (and, with *archive*, copied to the archive first, from the same snapshot). The
+    result is what `save_statement` returns.
+    """
+    parts = [
+        """
+        WITH s AS (
+            UPDATE {s}.agentsessions_sessions
+            SET version = $5, updated_at = $6, expires_at = $7, event_count = $8,
+                save_tokens = (ARRAY[$9::text] || save_tokens)[1:{kept}], lineage = $10
+            WHERE namespace = $1 AND session_id = $2 AND version = $3
+              AND (expires_at IS NULL OR expires_at > $4)
+              AND ($11::text = '' OR lineage = $11)
+              AND NOT ($9::text = ANY(save_tokens))
+            RETURNING first_position
+        ), d AS (
+            DELETE FROM {s}.agentsessions_events e USING s
+            WHERE e.namespace = $1 AND e.session_id = $2
+              AND e.position >= s.first_position + $8
+        )"""
+    ]
+    if archive:
+        parts.append(
+            """, a AS (
+            INSERT INTO {s}.agentsessions_archive
+                (namespace, session_id, version, position, data)
+            SELECT $1, $2, $3, e.position - s.first_position, e.data
+            FROM s, {s}.agentsessions_events e
+            WHERE e.namespace = $1 AND e.session_id = $2
+              AND e.position >= s.first_position + $8
+        )"""
+        )
+    parts.append(
+        """
+        SELECT COALESCE(
+            (SELECT 0 FROM s),
+            (SELECT 0 FROM {s}.agentsessions_sessions
+             WHERE namespace = $1 AND session_id = $2 AND $9::text = ANY(save_tokens)),
+            (SELECT CASE WHEN version = $3 AND $11::text <> '' AND lineage <> $11
+                         THEN {other_life} ELSE version END
+             FROM {s}.agentsessions_sessions
+             WHERE namespace = $1 AND session_id = $2
+               AND (expires_at IS NULL OR expires_at > $4)),
+            -1)
+        """
+    )
+    sql = "".join(parts).replace("{kept}", str(TOKENS_KEPT))
+    sql = sql.replace("{other_life}", str(OTHER_LIFE))
+    return sql.replace("{s}", quote_ident(schema))
+
+
+@lru_cache(maxsize=256)
+def list_forks_statement(schema: str, *, by_user: bool, paged: bool) -> str:
+    """A page of one session's forks, as `list_statement`. Parameters: $1 ns, $2 now,
+    $3 limit, $4 source id [, $5 user] [, then the cursor's created_at, session_id]."""
+    where = ["namespace = $1", "fork_source = $4", "(expires_at IS NULL OR expires_at > $2)"]
+    if by_user:
+        where.append("user_id = $5")
+    if paged:
+        first = 6 if by_user else 5
+        where.append(f"(created_at, session_id) < (${first}, ${first + 1})")
+    sql = (
+        "SELECT session_id, user_id, created_at, updated_at, event_count, version, "
+        "fork_source, fork_version, fork_event "
+        "FROM {s}.agentsessions_sessions WHERE "
+        + " AND ".join(where)
+        + " ORDER BY created_at DESC, session_id DESC LIMIT $3"
+    )
+    return sql.replace("{s}", quote_ident(schema))
+
+
 @lru_cache(maxsize=256)
 def list_statement(schema: str, *, by_user: bool, paged: bool) -> str:
     """A listing page, newest first, read in index order from the matching index.
@@ -552,7 +674,8 @@ def list_statement(schema: str, *, by_user: bool, paged: bool) -> str:
         first = 5 if by_user else 4
         where.append(f"(created_at, session_id) < (${first}, ${first + 1})")
     sql = (
-        "SELECT session_id, user_id, created_at, updated_at, event_count, version "
+        "SELECT session_id, user_id, created_at, updated_at, event_count, version, "
+        "fork_source, fork_version, fork_event "
         "FROM {s}.agentsessions_sessions WHERE "
         + " AND ".join(where)
         + " ORDER BY created_at DESC, session_id DESC LIMIT $3"

@@ -19,7 +19,9 @@ double until the year 2255):
 * ``agentsessions:<ns>:index``: every session; member ``<id> NUL <user_id or "">``
   (ids hold no NUL, so ties on the score still sort by id, and a purge that finds the
   session gone knows which user index to clean too),
-* ``agentsessions:<ns>:user:<user_id as base64url>``: one user's sessions; member ``<id>``.
+* ``agentsessions:<ns>:user:<user_id as base64url>``: one user's sessions; member ``<id>``,
+* ``agentsessions:<ns>:forks:<source id as base64url>``: the forks of one session;
+  member ``<id>`` (a fork's hash names this key in ``fk``, so deleting it cleans up).
 """
 
 from __future__ import annotations
@@ -83,3 +85,6 @@ class KeyLayout:
 
     def user_index(self, user_id: str) -> str:
         return f"{self.prefix}user:{_tag(user_id)}"
+
+    def fork_index(self, source_id: str) -> str:
+        return f"{self.prefix}forks:{_tag(source_id)}"

@@ -25,8 +25,11 @@ from agentsessions import (
     BackendReadOnlyError,
     BackendTimeoutError,
     BackendUnavailableError,
+    InvalidInputError,
     InvalidOptionError,
     SessionExistsError,
+    SessionNotFoundError,
+    SessionOwnershipError,
     SessionSummary,
     StorageFullError,
 )
@@ -36,14 +39,19 @@ from agentsessions.backend import (
     ErrorRule,
     EventRecord,
     Finding,
+    ForkRequest,
     LoadedSession,
     ManagerOptions,
+    RewindRequest,
     SaveRequest,
     SessionManager,
     SessionRecord,
     decode_events,
     decode_record,
     expiry_millis,
+    fork_by_copy,
+    fork_fields,
+    fork_origin,
     refused,
     scrub_secret,
     to_micros,
@@ -152,7 +160,7 @@ class RedisSessionManager(SessionManager):
     driver_errors = _DRIVER_ERRORS
     driver_query_params: ClassVar[frozenset[str]] = DRIVER_QUERY_PARAMS
     capabilities = Capabilities(
-        persistent=True, shared=True, ttl=True, namespaces=True, compaction=True
+        persistent=True, shared=True, ttl=True, namespaces=True, compaction=True, branching=True
     )
     db_system = "redis"
     default_port = 6379
@@ -285,6 +293,8 @@ class RedisSessionManager(SessionManager):
             move=client.register_script(_scripts.MOVE_INDEX_ENTRY),
             compact=client.register_script(_scripts.COMPACT),
             archived=client.register_script(_scripts.ARCHIVED),
+            fork=client.register_script(_scripts.FORK),
+            rewind=client.register_script(_scripts.REWIND),
         )
 
     async def _diagnose(self, now: datetime) -> list[Finding]:
@@ -323,6 +333,7 @@ class RedisSessionManager(SessionManager):
             to_micros(record.updated_at),
             record.event_count,
             record.lineage,
+            *self._fork_args(record),
         ]
         args.extend(event.data for event in events)
         if not self.cluster:
@@ -339,6 +350,12 @@ class RedisSessionManager(SessionManager):
         entries = self._entries_of(
             session_id.encode(), None if user_id is None else user_id.encode(), created
         )
+        if record.forked_from is not None:
+            fork_index = self.keys.fork_index(record.forked_from.session_id)
+            owner = None if user_id is None else user_id.encode()
+            entries.append(
+                _Entry(fork_index, session_id.encode(), created, session_id.encode(), owner)
+            )
         client = self.client
         added = await asyncio.gather(
             *(client.zadd(e.index, {e.member: e.score}, nx=True) for e in entries)
@@ -353,6 +370,128 @@ class RedisSessionManager(SessionManager):
             [_Fix(e, None) for e, was_added in zip(entries, added, strict=True) if was_added]
         )
         raise SessionExistsError(session_id)
+
+    def _fork_args(self, record: SessionRecord) -> tuple[str | int, ...]:
+        """The CREATE script's fork origin arguments ("" each for a session that is no fork)."""
+        source, version, event_id = fork_fields(record)
+        if source is None:
+            return ("", "", "", "")
+        return (source, version or "", event_id or "", self.keys.fork_index(source))
+
+    async def _fork(self, request: ForkRequest, now: datetime) -> SessionRecord:
+        if self.cluster:
+            # The two sessions hash to two slots, which no script may touch together.
+            return await fork_by_copy(self, request, now)
+        source_id, new_id = request.source_id, request.session_id
+        source, new = self.keys.session(source_id), self.keys.session(new_id)
+        through = request.through_event_id
+        prefix = "" if through is None else '{"id":' + pydantic_core.to_json(through).decode() + ","
+        keys = [
+            source.hash,
+            source.events,
+            new.hash,
+            new.events,
+            new.archive,
+            self.keys.index,
+            self.keys.fork_index(source_id),
+        ]
+        args: list[Any] = [
+            to_micros(now),
+            secrets.token_hex(16),
+            new_id,
+            request.user_id or "",
+            request.state or "",
+            to_micros(request.created_at),
+            *_expiry_args(request.expires_at),
+            request.lineage,
+            prefix,
+            through or "",
+            "1" if request.state is None else "",
+        ]
+        result = await self._write(self._link.fork, keys, args, lambda r: int(r[0]) == 1)
+        verdict = int(result[0])
+        if verdict == -1:
+            raise SessionNotFoundError(source_id)
+        if verdict == -2:
+            raise SessionOwnershipError(source_id, request.user_id or "")
+        if verdict == -3:
+            raise InvalidInputError(f"session {source_id!r} holds no event with id {through!r}")
+        if verdict == -4:
+            raise SessionExistsError(new_id)
+        stored_owner = None if result[1] is None else result[1].decode()
+        return SessionRecord(
+            session_id=new_id,
+            user_id=stored_owner,
+            state=result[4].decode(),
+            version=1,
+            created_at=request.created_at,
+            updated_at=request.created_at,
+            expires_at=request.expires_at,
+            event_count=int(result[3]),
+            lineage=request.lineage,
+            forked_from=fork_origin(source_id, int(result[2]), through),
+        )
+
+    async def _rewind(self, request: RewindRequest, now: datetime) -> None:
+        keys = self.keys.session(request.session_id)
+        args: list[Any] = [
+            to_micros(now),
+            request.expected_version,
+            request.token,
+            request.keep,
+            request.version,
+            to_micros(request.updated_at),
+            *_expiry_args(request.expires_at),
+            "1" if request.archive else "",
+            request.lineage,
+            request.expected_lineage,
+        ]
+        result = await self._write(
+            self._link.rewind, [keys.hash, keys.events, keys.archive], args, lambda r: r == 1
+        )
+        if result != 1:
+            raise refused(request, live=result != 0)
+
+    async def _list_forks(
+        self,
+        source_id: str,
+        user_id: str | None,
+        limit: int,
+        after: tuple[datetime, str] | None,
+        now: datetime,
+    ) -> list[SessionSummary]:
+        index = self.keys.fork_index(source_id)
+        position = None if after is None else (to_micros(after[0]), after[1].encode())
+        now_us = to_micros(now)
+        wanted_owner = None if user_id is None else user_id.encode()
+        found: list[SessionSummary] = []
+        fixes: list[_Fix] = []
+        while len(found) < limit:
+            fetch = limit - len(found) + 4
+            entries = await self._index_page(index, None, position, fetch)
+            if not entries:
+                break
+            records = await self._read_records([e.session_id for e in entries])
+            for entry, fields in zip(entries, records, strict=True):
+                if fields is None or fields[0] is None or fields[9] != source_id.encode():
+                    # Gone, or the id now holds another session: a leftover entry.
+                    if self._may_drop(entry, now_us):
+                        fixes.append(_Fix(entry, None))
+                    continue
+                expires = fields[6]
+                if int(fields[4] or 0) != entry.score or (
+                    expires is not None and int(expires) <= now_us
+                ):
+                    continue
+                if wanted_owner is not None and fields[1] != wanted_owner:
+                    continue
+                found.append(_record(fields).summary())
+            last = entries[-1]
+            position = (last.score, last.session_id)
+            if len(entries) < fetch:
+                break
+        await self._apply_fixes(fixes)
+        return found[:limit]
 
     async def _load(
         self, session_id: str, last_events: int | None, now: datetime
@@ -477,7 +616,11 @@ class RedisSessionManager(SessionManager):
             created = int(result[2])
             # One at a time: delete_user and purge run up to _FANOUT of these at once, and
             # nesting a fan-out in each exhausted a cluster node's connection pool.
-            for entry in self._entries_of(session_id.encode(), owner, created):
+            entries = self._entries_of(session_id.encode(), owner, created)
+            if len(result) > 3 and result[3]:
+                encoded = session_id.encode()
+                entries.append(_Entry(result[3].decode(), encoded, created, encoded, owner))
+            for entry in entries:
                 await self._apply_fixes([_Fix(entry, None)])
         return verdict
 
@@ -711,6 +854,8 @@ class _Link:
     move: AsyncScript
     compact: AsyncScript
     archived: AsyncScript
+    fork: AsyncScript
+    rewind: AsyncScript
 
 
 async def _close_link(link: _Link) -> None:
@@ -733,14 +878,14 @@ def _scored(pairs: Any) -> list[tuple[bytes, int]]:
 
 
 def _record(fields: list[bytes | None]) -> SessionRecord:
-    """The record a load script read (`_scripts.HASH_FIELDS`, ``l`` last)."""
-    return decode_record((*fields[:8], unstamp_lineage(fields[8], fields[3])))
+    """The record a load script read (`_scripts.HASH_FIELDS`, the fork origin last)."""
+    return decode_record((*fields[:8], unstamp_lineage(fields[8], fields[3]), *fields[9:12]))
 
 
 def _loaded_record(encoded: bytes) -> SessionRecord:
     """The record a load script read, as the JSON array it encoded (false: missing)."""
     fields = [None if value is False else value for value in pydantic_core.from_json(encoded)]
-    return decode_record((*fields[:8], unstamp_lineage(fields[8], fields[3])))
+    return decode_record((*fields[:8], unstamp_lineage(fields[8], fields[3]), *fields[9:12]))
 
 
 async def _bounded(call: Callable[[E], Awaitable[T]], items: Sequence[E]) -> list[T]:

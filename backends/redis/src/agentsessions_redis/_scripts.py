@@ -21,15 +21,18 @@ __all__ = [
     "COMPACT",
     "CREATE",
     "DELETE",
+    "FORK",
     "HASH_FIELDS",
     "LOAD",
     "LOAD_SINCE",
     "MOVE_INDEX_ENTRY",
+    "REWIND",
     "SAVE",
 ]
 
-#: The hash fields a load and a listing read, in this order.
-HASH_FIELDS = ("id", "u", "s", "v", "c", "m", "x", "n", "l")
+#: The hash fields a load and a listing read, in this order (``fs``, ``fv``, ``fe``: a
+#: fork's origin, absent for a session that is no fork).
+HASH_FIELDS = ("id", "u", "s", "v", "c", "m", "x", "n", "l", "fs", "fv", "fe")
 
 # ``l`` holds "<lineage>:<version it was written with>" (`stamp_lineage`, read back
 # with `unstamp_lineage`). A release that predates the
@@ -46,7 +49,8 @@ HASH_FIELDS = ("id", "u", "s", "v", "c", "m", "x", "n", "l")
 # an LRANGE inside a script becomes a Lua table and then a reply again. ``n`` is the
 # list's length (every script writes both together), as in SAVE.
 LOAD = """
-local rec = redis.call('HMGET', KEYS[1], 'id', 'u', 's', 'v', 'c', 'm', 'x', 'n', 'l')
+local rec = redis.call('HMGET', KEYS[1], 'id', 'u', 's', 'v', 'c', 'm', 'x', 'n', 'l',
+                      'fs', 'fv', 'fe')
 if not rec[1] then return false end
 if rec[7] and tonumber(rec[7]) <= tonumber(ARGV[1]) then return false end
 local last = tonumber(ARGV[2])
@@ -66,7 +70,8 @@ return {cjson.encode(rec), redis.call('LRANGE', KEYS[2], -last, -1)}
 # Returns what LOAD returns: the events after the caller's while the lineage is
 # unchanged, else all of them (see SessionManager._load_since).
 LOAD_SINCE = """
-local rec = redis.call('HMGET', KEYS[1], 'id', 'u', 's', 'v', 'c', 'm', 'x', 'n', 'l')
+local rec = redis.call('HMGET', KEYS[1], 'id', 'u', 's', 'v', 'c', 'm', 'x', 'n', 'l',
+                      'fs', 'fv', 'fe')
 if not rec[1] then return false end
 if rec[7] and tonumber(rec[7]) <= tonumber(ARGV[1]) then return false end
 local start = 0
@@ -79,11 +84,12 @@ return {cjson.encode(rec), redis.call('LRANGE', KEYS[2], start, -1)}
 # KEYS: hash, events, archive [, global index [, user index]] (indexes: standalone only).
 # ARGV: now, token, id, user ('' = none), state, created, expires (''), pexpireat (''),
 #       global index member, user index key, version, updated, event count, lineage,
+#       fork source, fork version, fork cut event, fork index key ('' each: no fork),
 #       event texts...
 # A create passes version 1, updated = created and no events; a restore the session's own.
 # Returns {1} when created, {0, created_at of the live session} when the id is taken.
 CREATE = """
-local cur = redis.call('HMGET', KEYS[1], 't', 'x', 'c', 'u', 'uk')
+local cur = redis.call('HMGET', KEYS[1], 't', 'x', 'c', 'u', 'uk', 'fk')
 if cur[1] then
   if cur[1] == ARGV[2] then return {1} end
   if not cur[2] or tonumber(cur[2]) > tonumber(ARGV[1]) then return {0, cur[3]} end
@@ -91,6 +97,7 @@ if cur[1] then
   if KEYS[4] then
     redis.call('ZREM', KEYS[4], ARGV[3] .. '\\0' .. (cur[4] or ''))
     if cur[5] then redis.call('ZREM', cur[5], ARGV[3]) end
+    if cur[6] then redis.call('ZREM', cur[6], ARGV[3]) end
   end
 end
 local fields = {'id', ARGV[3], 's', ARGV[5], 'v', ARGV[11], 'c', ARGV[6], 'm', ARGV[12],
@@ -102,7 +109,16 @@ end
 if ARGV[7] ~= '' then
   fields[#fields + 1] = 'x'; fields[#fields + 1] = ARGV[7]
 end
-local first, last = 15, #ARGV
+-- A restored fork keeps its origin: ARGV[15..18] = source, version, cut event ('' for
+-- none), fork index key; ARGV[15] == '' for a session that is no fork.
+if ARGV[15] ~= '' then
+  for i, name in ipairs({'fs', 'fv', 'fe', 'fk'}) do
+    if ARGV[14 + i] ~= '' then
+      fields[#fields + 1] = name; fields[#fields + 1] = ARGV[14 + i]
+    end
+  end
+end
+local first, last = 19, #ARGV
 while first <= last do
   -- unpack() is bounded by the Lua C stack: push in slices.
   local stop = math.min(first + 999, last)
@@ -112,11 +128,12 @@ end
 redis.call('HSET', KEYS[1], unpack(fields))
 if ARGV[8] ~= '' then
   redis.call('PEXPIREAT', KEYS[1], ARGV[8])
-  if last >= 15 then redis.call('PEXPIREAT', KEYS[2], ARGV[8]) end
+  if last >= 19 then redis.call('PEXPIREAT', KEYS[2], ARGV[8]) end
 end
 if KEYS[4] then
   redis.call('ZADD', KEYS[4], ARGV[6], ARGV[9])
   if KEYS[5] then redis.call('ZADD', KEYS[5], ARGV[6], ARGV[3]) end
+  if ARGV[18] ~= '' then redis.call('ZADD', ARGV[18], ARGV[6], ARGV[3]) end
 end
 return {1}
 """
@@ -245,9 +262,10 @@ return redis.call('LRANGE', KEYS[2], 0, -1)
 
 # KEYS: hash, events, archive [, global index] (standalone only).
 # ARGV: now, mode ('any', 'user': only if owned by ARGV[3], 'expired': only if expired).
-# Returns {1 deleted live | 0 deleted expired | -1 absent | -2 kept, user, created}.
+# Returns {1 deleted live | 0 deleted expired | -1 absent | -2 kept, user, created,
+# fork index key (false: no fork)}.
 DELETE = """
-local cur = redis.call('HMGET', KEYS[1], 'id', 'u', 'c', 'x', 'uk')
+local cur = redis.call('HMGET', KEYS[1], 'id', 'u', 'c', 'x', 'uk', 'fk')
 if not cur[1] then return {-1} end
 local live = (not cur[4]) or tonumber(cur[4]) > tonumber(ARGV[1])
 if (ARGV[2] == 'user' and cur[2] ~= ARGV[3]) or (ARGV[2] == 'expired' and live) then
@@ -257,9 +275,10 @@ redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
 if KEYS[4] then
   redis.call('ZREM', KEYS[4], cur[1] .. '\\0' .. (cur[2] or ''))
   if cur[5] then redis.call('ZREM', cur[5], cur[1]) end
+  if cur[6] then redis.call('ZREM', cur[6], cur[1]) end
 end
-if live then return {1, cur[2], cur[3]} end
-return {0, cur[2], cur[3]}
+if live then return {1, cur[2], cur[3], cur[6]} end
+return {0, cur[2], cur[3], cur[6]}
 """
 
 # KEYS: one index. ARGV: member, score it must still have, new score ('' = remove).
@@ -272,3 +291,114 @@ if ARGV[3] == '' then return redis.call('ZREM', KEYS[1], ARGV[1]) end
 redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
 return 1
 """
+
+# KEYS: source hash, source events, new hash, new events, new archive, global index,
+#       fork index (standalone only: the two sessions' keys sit in two slots, which a
+#       cluster cannot script together; it forks by copy instead). The owner's user
+#       index is the one the source's hash names (``uk``), as DELETE's.
+# ARGV: now, token, new id, owner check ('' = none), state ('' with ARGV[12] = '1':
+#       the source's), created, expires (''), pexpireat (''), lineage, cut event's
+#       stored prefix ('' = all events), cut event id, keep the source's state ('1')
+# Returns {1, owner, source version, event count, state} when forked, {-1} when the
+# source is absent, {-2} not owned by ARGV[4], {-3} no such event, {-4} the new id is
+# live. The events are copied list to list in slices, inside the server.
+FORK = """
+local now = tonumber(ARGV[1])
+local src = redis.call('HMGET', KEYS[1], 'id', 'u', 's', 'v', 'x', 'n', 'uk')
+if not src[1] or (src[5] and tonumber(src[5]) <= now) then return {-1} end
+if ARGV[4] ~= '' and src[2] ~= ARGV[4] then return {-2} end
+local count = tonumber(src[6] or 0)
+if ARGV[10] ~= '' then
+  -- Every stored event starts with its id ('{"id":<JSON string>,'): a prefix test per
+  -- event, no JSON decoding.
+  local prefix, found = ARGV[10], nil
+  local width = #prefix
+  for first = 0, count - 1, 1000 do
+    local slice = redis.call('LRANGE', KEYS[2], first, first + 999)
+    for i = 1, #slice do
+      if string.sub(slice[i], 1, width) == prefix then found = first + i; break end
+    end
+    if found then break end
+  end
+  if not found then return {-3} end
+  count = found
+end
+local cur = redis.call('HMGET', KEYS[3], 'id', 'x', 'u', 'uk', 'fk')
+if cur[1] then
+  if not cur[2] or tonumber(cur[2]) > now then return {-4} end
+  redis.call('DEL', KEYS[3], KEYS[4], KEYS[5])
+  redis.call('ZREM', KEYS[6], ARGV[3] .. '\\0' .. (cur[3] or ''))
+  if cur[4] then redis.call('ZREM', cur[4], ARGV[3]) end
+  if cur[5] then redis.call('ZREM', cur[5], ARGV[3]) end
+end
+for first = 0, count - 1, 1000 do
+  local slice = redis.call('LRANGE', KEYS[2], first, math.min(first + 999, count - 1))
+  redis.call('RPUSH', KEYS[4], unpack(slice))
+end
+local state = ARGV[5]
+if ARGV[12] == '1' then state = src[3] end
+local fields = {'id', ARGV[3], 's', state, 'v', '1', 'c', ARGV[6], 'm', ARGV[6],
+                'n', count, 't', ARGV[2], 'l', ARGV[9] .. ':1',
+                'fs', src[1], 'fv', src[4], 'fk', KEYS[7]}
+if ARGV[10] ~= '' then fields[#fields + 1] = 'fe'; fields[#fields + 1] = ARGV[11] end
+if src[2] then
+  fields[#fields + 1] = 'u'; fields[#fields + 1] = src[2]
+  fields[#fields + 1] = 'uk'; fields[#fields + 1] = src[7]
+end
+if ARGV[7] ~= '' then fields[#fields + 1] = 'x'; fields[#fields + 1] = ARGV[7] end
+redis.call('HSET', KEYS[3], unpack(fields))
+if ARGV[8] ~= '' then
+  redis.call('PEXPIREAT', KEYS[3], ARGV[8])
+  if count > 0 then redis.call('PEXPIREAT', KEYS[4], ARGV[8]) end
+end
+redis.call('ZADD', KEYS[6], ARGV[6], ARGV[3] .. '\\0' .. (src[2] or ''))
+redis.call('ZADD', KEYS[7], ARGV[6], ARGV[3])
+if src[7] then redis.call('ZADD', src[7], ARGV[6], ARGV[3]) end
+return {1, src[2] or false, src[4], count, state}
+"""
+
+# KEYS: hash, events, archive. ARGV: now, expected version, token, keep, version,
+#       updated, expires (''), pexpireat (''), archive ('1' or ''), lineage, expected
+#       lineage ('' skips its check).
+# Returns as SAVE. The tail past ``keep`` is copied to the archive list when asked,
+# then trimmed off (LTRIM is O(removed)).
+REWIND = """
+local cur = redis.call('HMGET', KEYS[1], 't', 'v', 'x', 'l', 'n')
+if not cur[1] then return 0 end
+local tokens = cur[1]
+if #tokens % 32 ~= 0 then tokens = '' end
+for i = 1, #tokens, 32 do
+  if string.sub(tokens, i, i + 31) == ARGV[3] then return 1 end
+end
+tokens = ARGV[3] .. string.sub(tokens, 1, {keep_chars})
+if cur[3] and tonumber(cur[3]) <= tonumber(ARGV[1]) then return 0 end
+if cur[2] ~= ARGV[2] then return -1 end
+if ARGV[11] ~= '' and cur[4] ~= ARGV[11] .. ':' .. ARGV[2] then return -1 end
+local keep = tonumber(ARGV[4])
+local stored = cur[5] and tonumber(cur[5]) or redis.call('LLEN', KEYS[2])
+if ARGV[9] == '1' then
+  for first = keep, stored - 1, 1000 do
+    local tail = redis.call('LRANGE', KEYS[2], first, math.min(first + 999, stored - 1))
+    redis.call('RPUSH', KEYS[3], unpack(tail))
+  end
+end
+if keep == 0 then
+  redis.call('DEL', KEYS[2])
+elseif keep < stored then
+  redis.call('LTRIM', KEYS[2], 0, keep - 1)
+end
+redis.call('HSET', KEYS[1], 'v', ARGV[5], 'm', ARGV[6], 'n', keep, 't', tokens,
+           'l', ARGV[10] .. ':' .. ARGV[5])
+if ARGV[7] ~= '' then
+  redis.call('HSET', KEYS[1], 'x', ARGV[7])
+  redis.call('PEXPIREAT', KEYS[1], ARGV[8])
+  redis.call('PEXPIREAT', KEYS[2], ARGV[8])
+  redis.call('PEXPIREAT', KEYS[3], ARGV[8])
+else
+  redis.call('HDEL', KEYS[1], 'x')
+  redis.call('PERSIST', KEYS[1])
+  redis.call('PERSIST', KEYS[2])
+  redis.call('PERSIST', KEYS[3])
+end
+return 1
+""".replace("{keep_chars}", str(32 * (TOKENS_KEPT - 1)))

@@ -18,8 +18,12 @@ from typing import ClassVar
 
 from agentsessions import (
     BackendUnavailableError,
+    ForkOrigin,
+    InvalidInputError,
     SessionError,
     SessionExistsError,
+    SessionNotFoundError,
+    SessionOwnershipError,
     SessionSummary,
 )
 from agentsessions.backend import (
@@ -29,8 +33,10 @@ from agentsessions.backend import (
     ErrorRule,
     EventRecord,
     Finding,
+    ForkRequest,
     LoadedSession,
     ManagerOptions,
+    RewindRequest,
     SaveRequest,
     SessionManager,
     SessionRecord,
@@ -39,6 +45,7 @@ from agentsessions.backend import (
     decode_summary,
     encode_record,
     finding,
+    fork_fields,
     refused,
     to_micros,
 )
@@ -112,7 +119,9 @@ def _load_since(
 
 
 def _create(conn: sqlite3.Connection, namespace: str, record: SessionRecord, now: int) -> bool:
-    cursor = conn.execute(sql.CREATE, (namespace, *encode_record(record, micros=True), now))
+    cursor = conn.execute(
+        sql.CREATE, (namespace, *encode_record(record, micros=True), *fork_fields(record), now)
+    )
     if cursor.rowcount == 0:
         return False
     # Either a fresh id (no events to delete: one index probe) or an expired session
@@ -180,8 +189,104 @@ def _save(conn: sqlite3.Connection, namespace: str, request: SaveRequest, now: i
         )
 
 
+def _fork(
+    conn: sqlite3.Connection, namespace: str, request: ForkRequest, now: int
+) -> SessionRecord:
+    # One write transaction (BEGIN IMMEDIATE): the source cannot change in between.
+    source_id = request.source_id
+    row = conn.execute(sql.SELECT_SESSION, (namespace, source_id, now)).fetchone()
+    if row is None:
+        raise SessionNotFoundError(source_id)
+    source = decode_record((source_id, *row))
+    if request.user_id is not None and source.user_id != request.user_id:
+        raise SessionOwnershipError(source_id, request.user_id)
+    (first,) = conn.execute(sql.SELECT_FIRST_POSITION, (namespace, source_id)).fetchone()
+    count = source.event_count
+    if request.through_event_id is not None:
+        found = conn.execute(
+            sql.FIND_EVENT, (namespace, source_id, request.through_event_id)
+        ).fetchone()
+        if found is None:
+            raise InvalidInputError(
+                f"session {source_id!r} holds no event with id {request.through_event_id!r}"
+            )
+        count = found[0] - first + 1
+    record = SessionRecord(
+        session_id=request.session_id,
+        user_id=source.user_id,
+        state=source.state if request.state is None else request.state,
+        version=1,
+        created_at=request.created_at,
+        updated_at=request.created_at,
+        expires_at=request.expires_at,
+        event_count=count,
+        lineage=request.lineage,
+        forked_from=ForkOrigin(
+            session_id=source_id, version=source.version, event_id=request.through_event_id
+        ),
+    )
+    if not _create(conn, namespace, record, now):
+        raise SessionExistsError(request.session_id)
+    conn.execute(sql.COPY_EVENTS, (request.session_id, first, namespace, source_id, first + count))
+    return record
+
+
+def _rewind(conn: sqlite3.Connection, namespace: str, request: RewindRequest, now: int) -> None:
+    session_id = request.session_id
+    cursor = conn.execute(
+        sql.REWIND_SESSION,
+        (
+            request.version,
+            to_micros(request.updated_at),
+            _optional_micros(request.expires_at),
+            request.event_count,
+            request.token,
+            _TOKEN_CHARS,
+            request.lineage,
+            namespace,
+            session_id,
+            request.expected_version,
+            now,
+            request.expected_lineage,
+            request.expected_lineage,
+        ),
+    )
+    if cursor.rowcount == 0:
+        _check_landed(conn, namespace, request, now)
+        return
+    (first,) = conn.execute(sql.SELECT_FIRST_POSITION, (namespace, session_id)).fetchone()
+    if request.archive:
+        conn.execute(
+            sql.ARCHIVE_TAIL,
+            (request.expected_version, first, namespace, session_id, first + request.keep),
+        )
+    conn.execute(sql.DELETE_EVENT_TAIL, (namespace, session_id, first + request.keep))
+
+
+def _list_forks(
+    conn: sqlite3.Connection,
+    namespace: str,
+    source_id: str,
+    user_id: str | None,
+    limit: int,
+    after: tuple[int, str] | None,
+    now: int,
+) -> list[SessionSummary]:
+    params: list[object] = [namespace, now, source_id]
+    if user_id is not None:
+        params.append(user_id)
+    if after is not None:
+        params.extend(after)
+    params.append(limit)
+    query = sql.LIST_FORKS[user_id is not None, after is not None]
+    return list(map(decode_summary, conn.execute(query, params).fetchall()))
+
+
 def _check_landed(
-    conn: sqlite3.Connection, namespace: str, request: SaveRequest | CompactRequest, now: int
+    conn: sqlite3.Connection,
+    namespace: str,
+    request: SaveRequest | CompactRequest | RewindRequest,
+    now: int,
 ) -> None:
     """After a failed version check: return if *request* landed before, else raise why.
 
@@ -340,7 +445,7 @@ class SQLiteSessionManager(SessionManager):
         ErrorRule((sqlite3.Error,), when=is_busy, build=_locked),
         ErrorRule((sqlite3.Error,)),
     )
-    capabilities = Capabilities(persistent=True, shared=True, compaction=True)
+    capabilities = Capabilities(persistent=True, shared=True, compaction=True, branching=True)
     db_system = "sqlite"
 
     def __init__(self, url: str, options: ManagerOptions | None = None) -> None:
@@ -348,7 +453,9 @@ class SQLiteSessionManager(SessionManager):
         self.path = database_path(url)
         if self.path == MEMORY:
             # The URL decides what this manager can do, so it is set per instance.
-            self.capabilities = Capabilities(persistent=False, shared=False, compaction=True)
+            self.capabilities = Capabilities(
+                persistent=False, shared=False, compaction=True, branching=True
+            )
         self._ns = self.options.namespace
         self._utf8 = True
 
@@ -467,6 +574,25 @@ class SQLiteSessionManager(SessionManager):
 
     async def _compact(self, request: CompactRequest, now: datetime) -> None:
         await self._writer.write(_compact, self._ns, request, to_micros(now))
+
+    async def _fork(self, request: ForkRequest, now: datetime) -> SessionRecord:
+        return await self._writer.write(_fork, self._ns, request, to_micros(now))
+
+    async def _rewind(self, request: RewindRequest, now: datetime) -> None:
+        await self._writer.write(_rewind, self._ns, request, to_micros(now))
+
+    async def _list_forks(
+        self,
+        source_id: str,
+        user_id: str | None,
+        limit: int,
+        after: tuple[datetime, str] | None,
+        now: datetime,
+    ) -> list[SessionSummary]:
+        position = None if after is None else (to_micros(after[0]), after[1])
+        return await self._reader.call(
+            _list_forks, self._ns, source_id, user_id, limit, position, to_micros(now)
+        )
 
     async def _archived(self, session_id: str, now: datetime) -> list[str]:
         texts: list[str] = await self._reader.read(

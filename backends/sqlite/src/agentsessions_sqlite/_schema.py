@@ -98,6 +98,18 @@ MIGRATIONS: list[Sequence[str]] = [
     # The stored history's lineage (SessionRecord.lineage); '' for sessions written
     # before it existed, which a conflict retry then reads whole.
     ("ALTER TABLE agentsessions_sessions ADD COLUMN lineage TEXT NOT NULL DEFAULT ''",),
+    # Branching: where a fork came from (SessionRecord.forked_from), all NULL for a
+    # session that is no fork; the index lists a session's forks in listing order.
+    (
+        "ALTER TABLE agentsessions_sessions ADD COLUMN fork_source TEXT",
+        "ALTER TABLE agentsessions_sessions ADD COLUMN fork_version INTEGER",
+        "ALTER TABLE agentsessions_sessions ADD COLUMN fork_event TEXT",
+        """
+        CREATE INDEX agentsessions_sessions_by_fork
+            ON agentsessions_sessions (namespace, fork_source, created_at DESC, session_id DESC)
+            WHERE fork_source IS NOT NULL
+        """,
+    ),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -9,7 +9,9 @@ from __future__ import annotations
 __all__ = [
     "AFTER",
     "ARCHIVE_HEAD",
+    "ARCHIVE_TAIL",
     "COMPACT_SESSION",
+    "COPY_EVENTS",
     "COUNT_LIVE_OF_USER",
     "CREATE",
     "DELETE_ARCHIVE",
@@ -23,10 +25,14 @@ __all__ = [
     "DELETE_EXPIRED",
     "DELETE_SESSION",
     "DELETE_SESSIONS_OF_USER",
+    "FIND_EVENT",
     "INSERT_EVENT",
     "LIST",
+    "LIST_FORKS",
+    "OF_SOURCE",
     "OF_USER",
     "PAGE",
+    "REWIND_SESSION",
     "SELECT_ALL_EVENTS",
     "SELECT_ARCHIVE",
     "SELECT_EVENTS_FROM",
@@ -41,7 +47,8 @@ __all__ = [
 ]
 
 SELECT_SESSION = """
-SELECT user_id, state, version, created_at, updated_at, expires_at, event_count, lineage
+SELECT user_id, state, version, created_at, updated_at, expires_at, event_count, lineage,
+       fork_source, fork_version, fork_event
 FROM agentsessions_sessions
 WHERE namespace = ? AND session_id = ? AND (expires_at IS NULL OR expires_at > ?)
 """
@@ -85,13 +92,15 @@ WHERE namespace = ? AND session_id = ? ORDER BY position DESC LIMIT ?
 CREATE = """
 INSERT INTO agentsessions_sessions (
     namespace, session_id, user_id, state, version,
-    created_at, updated_at, expires_at, event_count, lineage
-) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+    created_at, updated_at, expires_at, event_count, lineage,
+    fork_source, fork_version, fork_event
+) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (namespace, session_id) DO UPDATE SET
     user_id = excluded.user_id, state = excluded.state, version = excluded.version,
     created_at = excluded.created_at, updated_at = excluded.updated_at,
     expires_at = excluded.expires_at, event_count = excluded.event_count, save_tokens = '',
-    lineage = excluded.lineage, first_position = 0
+    lineage = excluded.lineage, first_position = 0, fork_source = excluded.fork_source,
+    fork_version = excluded.fork_version, fork_event = excluded.fork_event
 WHERE agentsessions_sessions.expires_at IS NOT NULL AND agentsessions_sessions.expires_at <= ?
 """
 DELETE_EVENTS = "DELETE FROM agentsessions_events WHERE namespace = ? AND session_id = ?"
@@ -186,7 +195,8 @@ WHERE namespace = ? AND expires_at IS NOT NULL AND expires_at <= ?
 """
 
 SUMMARY = """
-SELECT session_id, user_id, created_at, updated_at, event_count, version
+SELECT session_id, user_id, created_at, updated_at, event_count, version,
+       fork_source, fork_version, fork_event
 FROM agentsessions_sessions
 WHERE namespace = ? AND (expires_at IS NULL OR expires_at > ?)
 """
@@ -200,3 +210,40 @@ LIST = {
     (True, False): SUMMARY + OF_USER + PAGE,
     (True, True): SUMMARY + OF_USER + AFTER + PAGE,
 }
+OF_SOURCE = " AND fork_source = ?"
+# The forks of one session: (by user?, after a cursor?) -> SQL, as LIST.
+LIST_FORKS = {
+    (by_user, paged): SUMMARY
+    + OF_SOURCE
+    + (OF_USER if by_user else "")
+    + (AFTER if paged else "")
+    + PAGE
+    for by_user in (False, True)
+    for paged in (False, True)
+}
+# Where a fork's cut is: the stored position of the event with that id (ids are unique
+# in a session). The scan reads the session's rows only, inside the engine.
+FIND_EVENT = """
+SELECT position FROM agentsessions_events
+WHERE namespace = ? AND session_id = ? AND json_extract(data, '$.id') = ?
+LIMIT 1
+"""
+# A fork's events, copied row to row inside the engine, renumbered from 0.
+COPY_EVENTS = """
+INSERT INTO agentsessions_events (namespace, session_id, position, data)
+SELECT namespace, ?, position - ?, data FROM agentsessions_events
+WHERE namespace = ? AND session_id = ? AND position < ?
+"""
+# What a rewind drops, kept in the archive under the version it replaced.
+ARCHIVE_TAIL = """
+INSERT INTO agentsessions_archive (namespace, session_id, version, position, data)
+SELECT namespace, session_id, ?, position - ?, data FROM agentsessions_events
+WHERE namespace = ? AND session_id = ? AND position >= ?
+"""
+REWIND_SESSION = """
+UPDATE agentsessions_sessions
+SET version = ?, updated_at = ?, expires_at = ?, event_count = ?,
+    save_tokens = substr(? || save_tokens, 1, ?), lineage = ?
+WHERE namespace = ? AND session_id = ? AND version = ?
+  AND (expires_at IS NULL OR expires_at > ?) AND (? = '' OR lineage = ?)
+"""

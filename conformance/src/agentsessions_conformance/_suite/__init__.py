@@ -8,6 +8,7 @@ rewriting first, so failed clauses show the compared values.
 from __future__ import annotations
 
 from ._base import SuiteBase
+from ._tests_branching import BranchingTests
 from ._tests_compaction import CompactionTests
 from ._tests_concurrency import ConcurrencyTests
 from ._tests_create import CreateTests
@@ -46,6 +47,7 @@ class SessionManagerTests(
     IsolationTests,
     ConcurrencyTests,
     CompactionTests,
+    BranchingTests,
     RestoreTests,
     ListingTests,
     ErasureTests,

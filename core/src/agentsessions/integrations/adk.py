@@ -250,6 +250,11 @@ def _clean_id(session_id: str) -> str:
     return session_id.strip() if isinstance(session_id, str) else session_id
 
 
+#: How often `AgentSessionsSessionService.fork_session` forks again when a save of the
+#: source lands between its state read and the fork.
+_FORK_ATTEMPTS = 8
+
+
 class AgentSessionsSessionService(BaseSessionService):
     """An ADK `BaseSessionService` over any `SessionManager` (see the module docstring).
 
@@ -365,6 +370,55 @@ class AgentSessionsSessionService(BaseSessionService):
         )
         session._storage_update_marker = _marker(stored)
         return session
+
+    async def fork_session(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        session_id: str,
+        new_session_id: str | None = None,
+        through_event_id: str | None = None,
+    ) -> AdkSession:
+        """A new session of the same app and user holding *session_id*'s events up to and
+        including the one with id *through_event_id* (None: all of them) and its
+        session-scoped state as it is now (state keeps no history), made by
+        `SessionManager.fork` (the engine copies the
+        events); the source is unchanged. ADK's ``AlreadyExistsError`` if
+        *new_session_id* is taken, its ``SessionNotFoundError`` if the source is absent.
+        """
+        _check_names(app_name, user_id)
+        keys = _Keys(app_name, user_id)
+        session_id = _clean_id(session_id)
+        new_id = (new_session_id and _clean_id(new_session_id)) or str(uuid.uuid4())
+        source_key, new_key = keys.session(session_id), keys.session(new_id)
+        for _ in range(_FORK_ATTEMPTS):
+            # The fork's state names its own identity, so it is given, not copied; the
+            # fork must then be of the version that state was read at.
+            source = await self.manager.get(source_key, last_events=0)
+            if source is None or _scope_of(source, keys.session_identity(session_id)) is None:
+                raise AdkSessionNotFoundError(f"Session {session_id} not found.")
+            state = {**source.state, "adk": keys.session_identity(new_id)}
+            try:
+                summary = await self.manager.fork(
+                    source_key,
+                    new_key,
+                    through_event_id=through_event_id,
+                    user_id=keys.owner,
+                    state=state,
+                )
+            except SessionExistsError:
+                raise AlreadyExistsError(f"Session with id {new_id} already exists.") from None
+            except SessionNotFoundError:
+                raise AdkSessionNotFoundError(f"Session {session_id} not found.") from None
+            if summary.forked_from is not None and summary.forked_from.version == source.version:
+                break
+            await self.manager.delete(new_key)  # a save landed in between: fork again
+        else:
+            raise SessionConflictError(source_key, 0, "the session kept changing while forked")
+        forked = await self.get_session(app_name=app_name, user_id=user_id, session_id=new_id)
+        assert forked is not None  # just created; only a concurrent delete removes it
+        return forked
 
     @override
     async def list_sessions(

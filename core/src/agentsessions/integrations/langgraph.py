@@ -42,26 +42,21 @@ resumes), where the last does. TTL is the manager's ``ttl`` option (a thread exp
 that many seconds after its last write); `prune` with ``keep_latest`` compacts each
 namespace down to its newest checkpoint and that checkpoint's writes.
 
-The blocking methods (`get_tuple`, `put`, ...) run the async ones on a private event
-loop in one daemon thread, as ``agentsessions.sync`` does; do not call them from that
-loop.
+The blocking methods (`get_tuple`, `put`, ...) run the async ones on a private loop.
 """
 
 from __future__ import annotations
 
 import base64
-import binascii
-import hashlib
 import random
 import threading
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
-    BaseCheckpointSaver,
     ChannelVersions,
     Checkpoint,
     CheckpointMetadata,
@@ -74,7 +69,6 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from .._errors import (
     InvalidInputError,
     SessionConflictError,
-    SessionError,
     SessionNotFoundError,
 )
 from .._manager import MAX_PAGE_SIZE, SessionManager, validate_id
@@ -82,139 +76,32 @@ from .._models import Event, Session, new_event
 from .._registry import connect
 from .._sync import _LoopThread
 from .._tracking import mark_loaded
+from ._langgraph_blocking import BlockingSaver
+from ._langgraph_layout import (
+    _ABSENT,
+    _HEADS_KEPT,
+    _HEADS_PER_NAMESPACE,
+    _STRATEGIES,
+    _TAIL,
+    CHECKPOINT_AUTHOR,
+    STATE_MARK,
+    WRITES_AUTHOR,
+    CheckpointConflictError,
+    StoredCheckpointError,
+    _appended,
+    _config_ids,
+    _count,
+    _decode_b64,
+    _Namespace,
+    _reach_of,
+    namespace_session_id,
+)
 from ._shared import finish_despite_cancellation
 
 __all__ = ["AgentSessionsSaver", "CheckpointConflictError", "StoredCheckpointError"]
 
-T = TypeVar("T")
 
-CHECKPOINT_AUTHOR = "checkpoint"
-WRITES_AUTHOR = "writes"
-#: Marks a session as a LangGraph namespace (``state["langgraph"]``), so listing all
-#: threads skips any other session of the manager's namespace.
-STATE_MARK = "langgraph"
-#: Events read for the latest checkpoint before ``reach`` is known: a checkpoint
-#: and one task's writes, the common step. More would decode older checkpoints (each
-#: holds every channel value) for nothing; a step of parallel tasks reads again.
-_TAIL = 2
-#: How many thread namespaces, and checkpoints per namespace, this saver remembers as
-#: read or written as the newest (what the conflict check of `put` compares against).
-_HEADS_KEPT = 4096
-_HEADS_PER_NAMESPACE = 64
-_ABSENT = ""  # a namespace read while it had no checkpoint (checkpoint ids are never empty)
-_STRATEGIES = ("keep_latest", "delete")
-#: Checkpoint ids whose writes arrived before them that a session's state follows.
-_EARLY_KEPT = 8
-
-
-def _reach_of(events: Sequence[Event], head: object) -> int:
-    """How many of the newest *events* hold checkpoint *head* and all its writes."""
-    first = next(
-        (
-            index
-            for index, event in enumerate(events)
-            if (event.author == CHECKPOINT_AUTHOR and event.content.get("id") == head)
-            or (event.author == WRITES_AUTHOR and event.content.get("checkpoint_id") == head)
-        ),
-        len(events),
-    )
-    return len(events) - first
-
-
-def _count(value: object) -> int:
-    return value if type(value) is int and value >= 0 else 0
-
-
-def _appended(state: dict[str, Any], early_for: str | None) -> None:
-    """Account in *state* for one event appended after the newest ones."""
-    state["reach"] = _count(state.get("reach")) + 1
-    early = state.get("early")
-    counts = dict(early) if isinstance(early, dict) else {}
-    counts = {key: _count(value) + 1 for key, value in counts.items()}
-    if early_for is not None and early_for not in counts:
-        counts[early_for] = 1
-        while len(counts) > _EARLY_KEPT:
-            del counts[next(iter(counts))]
-    state["early"] = counts
-
-
-_ROOT_PREFIX = "lgns:"
-
-
-class CheckpointConflictError(SessionConflictError):
-    """Another writer put a checkpoint on this thread (namespace) after the one this
-    `put` continues from, which this saver had read as the newest: nothing was written,
-    and the thread's chain is not forked. Read the thread again and retry the step."""
-
-    def __init__(self, thread_id: str, checkpoint_ns: str, parent: str | None, head: str) -> None:
-        SessionError.__init__(
-            self,
-            f"thread {thread_id!r} (namespace {checkpoint_ns!r}): checkpoint {head!r} was put "
-            f"by another writer after {parent!r}, which this put continues from; nothing "
-            "was written",
-        )
-        self.session_id = thread_id
-        self.expected_version = 0
-        self.thread_id = thread_id
-        self.checkpoint_ns = checkpoint_ns
-        self.parent_checkpoint_id = parent
-        self.head_checkpoint_id = head
-
-
-class StoredCheckpointError(SessionError):
-    """A stored event of a LangGraph session is not one this saver wrote (edited by
-    hand, or another tool's session under a LangGraph id)."""
-
-
-def namespace_session_id(thread_id: str, checkpoint_ns: str) -> str:
-    """The id of the session holding *thread_id*'s checkpoints in *checkpoint_ns*."""
-    if checkpoint_ns == "":
-        return thread_id
-    digest = hashlib.sha256(f"{thread_id}\0{checkpoint_ns}".encode()).hexdigest()
-    return f"{_ROOT_PREFIX}{digest}"
-
-
-def _config_ids(config: RunnableConfig) -> tuple[str, str | None, str | None]:
-    configurable = config.get("configurable") or {}
-    thread_id = configurable.get("thread_id")
-    if thread_id is None:
-        raise InvalidInputError("config['configurable'] has no 'thread_id'")
-    thread_id = validate_id(str(thread_id), "thread_id")
-    ns = configurable.get("checkpoint_ns")
-    if ns is not None and not isinstance(ns, str):
-        raise InvalidInputError(f"checkpoint_ns must be a str, not {type(ns).__name__}")
-    return thread_id, ns, get_checkpoint_id(config)
-
-
-def _decode_b64(text: object, what: str) -> bytes:
-    if not isinstance(text, str):
-        raise StoredCheckpointError(f"{what} is not base64 text")
-    try:
-        return base64.b64decode(text.encode("ascii"), validate=True)
-    except (binascii.Error, UnicodeEncodeError):
-        raise StoredCheckpointError(f"{what} is not base64 text") from None
-
-
-class _Namespace:
-    """The checkpoints and writes of one loaded namespace session, decoded lazily."""
-
-    def __init__(self, thread_id: str, ns: str, contents: list[tuple[str, Any]]) -> None:
-        self.thread_id = thread_id
-        self.ns = ns
-        self.checkpoints: dict[str, dict[str, Any]] = {}
-        self.writes: dict[str, list[dict[str, Any]]] = {}
-        for author, content in contents:
-            if not isinstance(content, dict):
-                raise StoredCheckpointError(
-                    f"thread {thread_id!r}: a {author!r} event holds no object"
-                )
-            if author == CHECKPOINT_AUTHOR:
-                self.checkpoints[str(content["id"])] = content
-            elif author == WRITES_AUTHOR:
-                self.writes.setdefault(str(content["checkpoint_id"]), []).append(content)
-
-
-class AgentSessionsSaver(BaseCheckpointSaver[str]):
+class AgentSessionsSaver(BlockingSaver):
     """LangGraph checkpoints kept by a `SessionManager` (any backend).
 
     Pass a manager (one serves the whole application; this saver neither opens nor
@@ -808,78 +695,3 @@ class AgentSessionsSaver(BaseCheckpointSaver[str]):
         # An int is what a thread written by a saver counting in ints holds.
         current_v = 0 if current is None else int(str(current).split(".")[0])
         return f"{current_v + 1:032}.{random.random():016}"
-
-    # -- the blocking API ----------------------------------------------------------
-
-    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
-        with self._loop_lock:
-            if self._loop is None:
-                self._loop = _LoopThread("agentsessions-langgraph")
-            loop = self._loop
-        if loop.in_loop_thread():
-            coro.close()
-            raise RuntimeError("the blocking methods cannot be called from the saver's own loop")
-        return loop.run(coro)
-
-    def _stop_loop(self) -> None:
-        with self._loop_lock:
-            loop, self._loop = self._loop, None
-        if loop is not None:
-            loop.stop()
-
-    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        """Blocking `aget_tuple`."""
-        return self._run(self.aget_tuple(config))
-
-    def list(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> Iterator[CheckpointTuple]:
-        """Blocking `alist` (collected, then yielded)."""
-
-        async def collect() -> list[CheckpointTuple]:
-            return [
-                item async for item in self.alist(config, filter=filter, before=before, limit=limit)
-            ]
-
-        yield from self._run(collect())
-
-    def put(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        """Blocking `aput`."""
-        return self._run(self.aput(config, checkpoint, metadata, new_versions))
-
-    def put_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
-    ) -> None:
-        """Blocking `aput_writes`."""
-        self._run(self.aput_writes(config, writes, task_id, task_path))
-
-    def delete_thread(self, thread_id: str) -> None:
-        """Blocking `adelete_thread`."""
-        self._run(self.adelete_thread(thread_id))
-
-    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        """Blocking `acopy_thread`."""
-        self._run(self.acopy_thread(source_thread_id, target_thread_id))
-
-    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        """Blocking `aprune`."""
-        self._run(self.aprune(thread_ids, strategy=strategy))
-
-    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        """Blocking `adelete_for_runs`."""
-        self._run(self.adelete_for_runs(run_ids))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import abc
 
+from .._errors import InvalidInputError
 from .._manager import SessionManager
 from .._memory import MemorySessionManager
 from ._approval import Approval, Toolbox
@@ -51,8 +52,17 @@ class Agent(abc.ABC):
         session_id: str | None = None,
         user_id: str | None = None,
         approval: Approval | None = None,
+        fork_from: tuple[str, str | None] | None = None,
     ) -> RunResult:
-        """One turn: load or create the session, resolve *approval*, step, save."""
+        """One turn: load or create the session, resolve *approval*, step, save.
+
+        ``fork_from=(source_id, event_id)`` first forks *session_id* (which must be
+        given, and new) from *source_id*, keeping its events up to and including
+        *event_id* (None: all of them; see `SessionManager.fork`), then runs the turn
+        on the fork: "edit an earlier message and try again" leaves the source as it was.
+        """
+        if fork_from is not None:
+            await self._fork_for_run(fork_from, session_id, user_id)
         async with run_context(
             self.manager,
             session_id=session_id,
@@ -68,3 +78,15 @@ class Agent(abc.ABC):
             reply = await self.step(context, message)
         # Built after the block so that it reflects what was saved.
         return context.result(reply)
+
+    async def _fork_for_run(
+        self, fork_from: object, session_id: str | None, user_id: str | None
+    ) -> None:
+        if not isinstance(fork_from, tuple) or len(fork_from) != 2:
+            raise InvalidInputError(
+                f"fork_from must be a (session_id, event_id) pair, not {fork_from!r}"
+            )
+        if session_id is None:
+            raise InvalidInputError("fork_from needs the new session's id: pass session_id")
+        source_id, event_id = fork_from
+        await self.manager.fork(source_id, session_id, through_event_id=event_id, user_id=user_id)
