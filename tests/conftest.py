@@ -61,3 +61,15 @@ def mongo_url() -> str:
     from agentsessions_testservers import find_mongo
 
     return _server("MongoDB", find_mongo)
+
+
+@pytest.fixture(scope="session")
+def mysql_url() -> str:
+    """A MySQL or MariaDB URL from ``$AGENTSESSIONS_MYSQL_URL`` (no server is started here)."""
+    url = os.environ.get("AGENTSESSIONS_MYSQL_URL", "").strip()
+    if url:
+        return url
+    message = "no MySQL/MariaDB server: $AGENTSESSIONS_MYSQL_URL is not set"
+    if REQUIRE_SERVERS:
+        pytest.fail(message + " (AGENTSESSIONS_REQUIRE_SERVERS=1)", pytrace=False)
+    pytest.skip(message)
