@@ -64,7 +64,7 @@ async def database_url(_shared_database: str) -> AsyncIterator[str]:
             present = {row[0] for row in await cursor.fetchall()}
             for table in _TABLES:
                 if table in present:
-                    await cursor.execute(f"DELETE FROM {table}")  # noqa: S608
+                    await cursor.execute(f"DELETE FROM {table}")
         await connection.commit()
     finally:
         connection.close()

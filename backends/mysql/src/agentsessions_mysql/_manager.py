@@ -18,15 +18,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
-from contextlib import asynccontextmanager, suppress
+from contextlib import asynccontextmanager
 from datetime import datetime
 from functools import wraps
 from typing import Any, ClassVar, Concatenate, ParamSpec, TypeVar
 
 import asyncmy
-from asyncmy import Connection
-from asyncmy.errors import Error as DriverError
-from asyncmy.errors import IntegrityError, InterfaceError, OperationalError
 from agentsessions import (
     BackendAuthenticationError,
     BackendReadOnlyError,
@@ -54,6 +51,9 @@ from agentsessions.backend import (
     refused,
     to_micros,
 )
+from asyncmy import Connection
+from asyncmy.errors import Error as DriverError
+from asyncmy.errors import IntegrityError, InterfaceError, OperationalError
 
 from ._options import DEFAULT_PORT, MySQLOptions, connect_arguments
 from ._pool import Pool
@@ -466,7 +466,9 @@ class MySQLSessionManager(SessionManager):
                 ),
             )
             if request.truncates:
-                await _execute(connection, STATEMENTS.delete_events_from, (*key, first + request.keep))
+                await _execute(
+                    connection, STATEMENTS.delete_events_from, (*key, first + request.keep)
+                )
             if request.new_events:
                 texts = [event.data for event in request.new_events]
                 await self._insert(connection, key, first + request.keep, texts)

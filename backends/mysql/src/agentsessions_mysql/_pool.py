@@ -113,4 +113,3 @@ class Pool:
             self._idle.pop()[1].close()
         for task in self._kills:
             task.cancel()
-

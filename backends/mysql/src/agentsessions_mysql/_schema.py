@@ -22,17 +22,19 @@ Values always travel as parameters (asyncmy quotes them); no value is spliced in
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import lru_cache
 
 __all__ = [
     "LATEST_VERSION",
     "MIGRATIONS",
+    "STATEMENTS",
+    "VERSION_TABLE",
     "Statements",
+    "in_list",
     "insert_events",
     "list_statement",
     "migration_lock_name",
-    "STATEMENTS",
 ]
 
 # Each migration is a list of DDL statements, applied in order under the migration lock
@@ -142,9 +144,7 @@ class Statements:
             save_tokens = ''
         WHERE namespace = %s AND session_id = %s
     """
-    delete_events: str = (
-        "DELETE FROM agentsessions_events WHERE namespace = %s AND session_id = %s"
-    )
+    delete_events: str = "DELETE FROM agentsessions_events WHERE namespace = %s AND session_id = %s"
     delete_archive: str = (
         "DELETE FROM agentsessions_archive WHERE namespace = %s AND session_id = %s"
     )
@@ -180,7 +180,7 @@ class Statements:
         WHERE namespace = %s AND session_id = %s AND position < %s
     """
     # ns, id, now
-    load_archive: str = f"""
+    load_archive: str = """
         SELECT a.data FROM agentsessions_archive a
         WHERE a.namespace = %s AND a.session_id = %s AND EXISTS (
             SELECT 1 FROM agentsessions_sessions WHERE {_LIVE})
@@ -189,20 +189,20 @@ class Statements:
 
     # -- load: one statement, so one snapshot; the record row first, then events --
     # ns, id, now
-    load_record: str = f"SELECT {_RECORD} FROM agentsessions_sessions WHERE {_LIVE}"
+    load_record: str = "SELECT {_RECORD} FROM agentsessions_sessions WHERE {_LIVE}"
     # ns, id, now, ns, id
-    load_all: str = f"""
+    load_all: str = """
         SELECT {_RECORD} FROM agentsessions_sessions WHERE {_LIVE}
         UNION ALL
-        SELECT {_EVENT.format(data="e.data", position="e.position")}
+        SELECT {EVENT_E}
         FROM agentsessions_events e WHERE e.namespace = %s AND e.session_id = %s
         ORDER BY 1, 11
     """
     # ns, id, now, ns, id, last_events
-    load_last: str = f"""
+    load_last: str = """
         SELECT {_RECORD} FROM agentsessions_sessions WHERE {_LIVE}
         UNION ALL
-        SELECT {_EVENT.format(data="w.data", position="w.position")}
+        SELECT {EVENT_W}
         FROM (SELECT e.position, e.data FROM agentsessions_events e
               WHERE e.namespace = %s AND e.session_id = %s
               ORDER BY e.position DESC LIMIT %s) w
@@ -210,10 +210,10 @@ class Statements:
     """
     # ns, id, now, lineage, count, count, ns, id: the events after the caller's copy
     # while the lineage is unchanged, else all of them (SessionManager._load_since).
-    load_since: str = f"""
+    load_since: str = """
         SELECT {_RECORD} FROM agentsessions_sessions WHERE {_LIVE}
         UNION ALL
-        SELECT {_EVENT.format(data="e.data", position="e.position")}
+        SELECT {EVENT_E}
         FROM agentsessions_sessions s JOIN agentsessions_events e
           ON e.namespace = s.namespace AND e.session_id = s.session_id
          AND e.position >= s.first_position
@@ -242,22 +242,39 @@ class Statements:
     """
 
 
-STATEMENTS = Statements()
+def _filled() -> Statements:
+    """The statements with the shared fragments in place of their ``{...}`` marks."""
+    marks = {
+        "{_RECORD}": _RECORD,
+        "{_LIVE}": _LIVE,
+        "{EVENT_E}": _EVENT.format(data="e.data", position="e.position"),
+        "{EVENT_W}": _EVENT.format(data="w.data", position="w.position"),
+    }
+    filled = {}
+    for field in fields(Statements):
+        text = getattr(Statements, field.name)
+        for mark, fragment in marks.items():
+            text = text.replace(mark, fragment)
+        filled[field.name] = text
+    return Statements(**filled)
+
+
+STATEMENTS = _filled()
 
 
 def in_list(table: str, count: int) -> str:
     """``DELETE FROM table WHERE namespace = %s AND session_id IN (%s, ...)``."""
     marks = ", ".join(["%s"] * count)
-    return f"DELETE FROM {table} WHERE namespace = %s AND session_id IN ({marks})"  # noqa: S608
+    sql = "DELETE FROM {table} WHERE namespace = %s AND session_id IN ({marks})"
+    return sql.replace("{table}", table).replace("{marks}", marks)
 
 
 @lru_cache(maxsize=64)
 def insert_events(count: int) -> str:
     """A multi-row insert of *count* events: ns, id, position, data per row."""
     rows = ", ".join(["(%s, %s, %s, %s)"] * count)
-    return (
-        "INSERT INTO agentsessions_events (namespace, session_id, position, data) VALUES " + rows
-    )
+    sql = "INSERT INTO agentsessions_events (namespace, session_id, position, data) VALUES {rows}"
+    return sql.replace("{rows}", rows)
 
 
 @lru_cache(maxsize=16)
