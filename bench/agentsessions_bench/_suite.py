@@ -48,6 +48,7 @@ _SCHEMES = {
     "redis": "redis",
     "redis-cluster": "redis+cluster",
     "mongo": "mongodb",
+    "mysql": "mysql",
 }
 _SERVER_KIND: dict[str, Kind] = {
     "postgres": "postgres",
