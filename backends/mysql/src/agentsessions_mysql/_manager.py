@@ -17,6 +17,7 @@ transaction back before anything commits, so a write that meets one is run again
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
@@ -89,7 +90,7 @@ _LOST = frozenset({2006, 2013, 2014, 2055, 4031})  # gone away, lost, out of syn
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
-_WRITE_ATTEMPTS = 4
+_WRITE_ATTEMPTS = 8
 # Expired sessions are deleted this many per transaction (few row locks at a time).
 PURGE_BATCH = 500
 
@@ -131,12 +132,14 @@ def _write(
 
     @wraps(method)
     async def write(manager: MySQLSessionManager, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
-        for _ in range(_WRITE_ATTEMPTS - 1):
+        for attempt in range(_WRITE_ATTEMPTS - 1):
             try:
                 return await method(manager, *args, **kwargs)
             except OperationalError as exc:
                 if _code(exc) not in _RETRIED:
                     raise
+            # Apart, so that the writers that deadlocked do not meet again at once.
+            await asyncio.sleep(random.uniform(0, 0.002 * 2**attempt))
         return await method(manager, *args, **kwargs)
 
     return write
@@ -341,21 +344,16 @@ class MySQLSessionManager(SessionManager):
         row = self._row(record)
         key = (self._ns, row[1])
         async with self._connection() as connection:
+            try:  # the common case: one statement, autocommitted
+                await _execute(connection, STATEMENTS.insert_session, row)
+                return
+            except IntegrityError as exc:
+                if _code(exc) != 1062:  # duplicate key: the id is taken
+                    raise
             while True:
-                try:
-                    await _execute(connection, STATEMENTS.insert_session, row)
-                    return
-                except IntegrityError as exc:
-                    if _code(exc) != 1062:  # duplicate key: the id is taken
-                        raise
                 async with self._transaction(connection):
-                    found = await _fetch(connection, STATEMENTS.lock_session, key)
-                    if found:
-                        if not _expired(found[0][2], now):
-                            raise SessionExistsError(record.session_id)
-                        await self._replace(connection, row, key)
+                    if await self._insert_or_replace(connection, row, key, now):
                         return
-                # Deleted between the two statements: try the insert again.
 
     @_write
     async def _restore(
@@ -363,20 +361,35 @@ class MySQLSessionManager(SessionManager):
     ) -> None:
         row = self._row(record)
         key = (self._ns, row[1])
-        async with self._connection() as connection, self._transaction(connection):
-            found = await _fetch(connection, STATEMENTS.lock_session, key)
-            if found:
-                if not _expired(found[0][2], now):
-                    raise SessionExistsError(record.session_id)
-                await self._replace(connection, row, key)
-            else:
-                try:
-                    await _execute(connection, STATEMENTS.insert_session, row)
-                except IntegrityError as exc:
-                    if _code(exc) != 1062:
-                        raise
-                    raise SessionExistsError(record.session_id) from None
-            await self._insert(connection, key, 0, [event.data for event in events])
+        async with self._connection() as connection:
+            while True:
+                async with self._transaction(connection):
+                    # The insert first: a locking read of an absent row would take a
+                    # gap lock, and concurrent restores of neighbouring ids deadlock
+                    # on those; inserts of distinct keys never wait for each other.
+                    if not await self._insert_or_replace(connection, row, key, now):
+                        continue  # deleted between our two statements: again
+                    await self._insert(connection, key, 0, [event.data for event in events])
+                    return
+
+    async def _insert_or_replace(
+        self, connection: Connection, row: tuple[Any, ...], key: tuple[bytes, bytes], now: datetime
+    ) -> bool:
+        """Insert the session row, or replace an expired one (`SessionExistsError` for a
+        live one); False when the row that blocked the insert is gone (try again)."""
+        try:
+            await _execute(connection, STATEMENTS.insert_session, row)
+            return True
+        except IntegrityError as exc:
+            if _code(exc) != 1062:  # duplicate key: the id is taken
+                raise
+        found = await _fetch(connection, STATEMENTS.lock_session, key)
+        if not found:
+            return False
+        if not _expired(found[0][2], now):
+            raise SessionExistsError(_text(key[1]))
+        await self._replace(connection, row, key)
+        return True
 
     async def _insert(
         self, connection: Connection, key: tuple[bytes, bytes], first: int, texts: list[str]
