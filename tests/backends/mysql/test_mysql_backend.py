@@ -12,6 +12,7 @@ from agentsessions import (
     BackendTimeoutError,
     BackendUnavailableError,
     DatabaseNotFoundError,
+    Session,
     connect,
 )
 from agentsessions_mysql import MySQLSessionManager
@@ -136,3 +137,20 @@ async def test_tables_are_innodb_utf8mb4_with_binary_ids(fresh_database_url: str
         b"a",
     )
     assert isinstance(stored[0][0], int)  # exact microseconds since the epoch
+
+
+async def test_concurrent_restores_of_new_ids_all_land(database_url: str) -> None:
+    """Many restores at once (as ``agentsessions copy`` sends them) neither deadlock nor
+    fail: the row is inserted before anything is read, so no gap locks are taken."""
+    async with connect(database_url, max_pool_size=20) as manager:
+        sessions = []
+        for index in range(100):
+            session = Session(session_id=f"r{index:03d}", user_id="u", version=3)
+            session.add_event("user", f"hello {index}")
+            sessions.append(session)
+        await asyncio.gather(*(manager.restore(session) for session in sessions))
+        page = await manager.list_sessions(user_id="u", limit=1000)
+        assert len(page.items) == 100
+        stored = await manager.get("r042")
+        assert stored is not None and stored.version == 3
+        assert [event.content for event in stored.events] == ["hello 42"]
