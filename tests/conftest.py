@@ -65,11 +65,6 @@ def mongo_url() -> str:
 
 @pytest.fixture(scope="session")
 def mysql_url() -> str:
-    """A MySQL or MariaDB URL from ``$AGENTSESSIONS_MYSQL_URL`` (no server is started here)."""
-    url = os.environ.get("AGENTSESSIONS_MYSQL_URL", "").strip()
-    if url:
-        return url
-    message = "no MySQL/MariaDB server: $AGENTSESSIONS_MYSQL_URL is not set"
-    if REQUIRE_SERVERS:
-        pytest.fail(message + " (AGENTSESSIONS_REQUIRE_SERVERS=1)", pytrace=False)
-    pytest.skip(message)
+    from agentsessions_testservers import find_mysql
+
+    return _server("MySQL/MariaDB", find_mysql)
