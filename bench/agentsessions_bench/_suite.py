@@ -40,7 +40,7 @@ from ._store import Store
 
 __all__ = ["ENGINES", "Plan", "plan_for_url", "plan_suite"]
 
-ENGINES = ("memory", "sqlite", "postgres", "redis", "redis-cluster", "mongo")
+ENGINES = ("memory", "sqlite", "postgres", "redis", "redis-cluster", "mongo", "mysql")
 _SCHEMES = {
     "memory": "memory",
     "sqlite": "sqlite",
@@ -55,6 +55,7 @@ _SERVER_KIND: dict[str, Kind] = {
     "redis": "redis",
     "redis-cluster": "redis-cluster",
     "mongo": "mongo",
+    "mysql": "mysql",
 }
 
 Factory = Callable[[], Store]
@@ -237,6 +238,9 @@ def _add_engine(
     elif engine == "postgres":
         factories.append(lambda: SdkSqlAlchemyStore("postgres", where))
         factories.append(lambda: AdkDatabaseStore("postgres", where))
+    elif engine == "mysql":
+        factories.append(lambda: SdkSqlAlchemyStore("mysql", where))
+        factories.append(lambda: AdkDatabaseStore("mysql", where))
     elif engine == "redis":
         factories.append(lambda: SdkRedisStore(where))
     elif engine == "mongo":
