@@ -494,13 +494,13 @@ class MySQLFloor(_Floor):
         except ImportError as exc:
             raise StoreUnavailable("asyncmy is not installed") from exc
         try:
-            await self._run("DROP TABLE IF EXISTS floor_sessions, floor_events")
             await self._run(
-                "CREATE TABLE floor_sessions (sid VARBINARY(255) PRIMARY KEY,"
+                "CREATE TABLE IF NOT EXISTS floor_sessions (sid VARBINARY(255) PRIMARY KEY,"
                 " n INT NOT NULL, updated_at BIGINT NOT NULL) ENGINE=InnoDB"
             )
             await self._run(
-                "CREATE TABLE floor_events (sid VARBINARY(255) NOT NULL, pos INT NOT NULL,"
+                "CREATE TABLE IF NOT EXISTS floor_events ("
+                " sid VARBINARY(255) NOT NULL, pos INT NOT NULL,"
                 " data LONGBLOB NOT NULL, PRIMARY KEY (sid, pos)) ENGINE=InnoDB"
             )
         except OSError as exc:
