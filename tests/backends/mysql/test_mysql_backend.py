@@ -9,6 +9,7 @@ import asyncmy
 import pytest
 from agentsessions import (
     BackendAuthenticationError,
+    BackendReadOnlyError,
     BackendTimeoutError,
     BackendUnavailableError,
     DatabaseNotFoundError,
@@ -16,8 +17,10 @@ from agentsessions import (
     connect,
 )
 from agentsessions_mysql import MySQLSessionManager
+from agentsessions_mysql import _manager as manager_module
 from agentsessions_mysql._options import connect_arguments
 from agentsessions_mysql._schema import LATEST_VERSION
+from asyncmy.errors import OperationalError
 
 pytestmark = pytest.mark.mysql
 
@@ -154,3 +157,33 @@ async def test_concurrent_restores_of_new_ids_all_land(database_url: str) -> Non
         stored = await manager.get("r042")
         assert stored is not None and stored.version == 3
         assert [event.content for event in stored.events] == ["hello 42"]
+
+
+@pytest.mark.parametrize(
+    ("code", "kind"),
+    [
+        (1045, BackendAuthenticationError),
+        (1049, DatabaseNotFoundError),
+        (1290, BackendReadOnlyError),  # --read-only server
+        (1792, BackendReadOnlyError),  # read-only transaction
+        (1969, BackendTimeoutError),  # MariaDB max_statement_time
+        (2013, BackendUnavailableError),  # lost connection
+    ],
+)
+def test_server_error_codes_map_to_our_errors(
+    code: int, kind: type[BackendUnavailableError]
+) -> None:
+    manager = connect("mysql://app:pw1234@127.0.0.1:3306/db")
+    error = manager._translate(OperationalError(code, "the server's message"))
+    assert type(error) is kind
+    assert "pw1234" not in str(error)
+
+
+async def test_a_server_packet_limit_below_the_need_is_refused_at_open(
+    fresh_database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(manager_module, "MIN_PACKET", 2**40)
+    manager = connect(fresh_database_url)
+    with pytest.raises(BackendUnavailableError, match="max_allowed_packet"):
+        await manager.open()
+    await manager.close()
