@@ -187,3 +187,15 @@ async def test_a_server_packet_limit_below_the_need_is_refused_at_open(
     with pytest.raises(BackendUnavailableError, match="max_allowed_packet"):
         await manager.open()
     await manager.close()
+
+
+async def test_connections_read_at_repeatable_read(database_url: str) -> None:
+    """A load's two selects share one snapshot only under REPEATABLE READ: every
+    connection sets it, whatever the server's default."""
+    manager = connect(database_url)
+    assert isinstance(manager, MySQLSessionManager)
+    async with manager, manager._connection() as connection:
+        async with connection.cursor() as cursor:
+            await cursor.execute("SELECT @@SESSION.tx_isolation")
+            (level,) = await cursor.fetchone()
+        assert level == "REPEATABLE-READ"

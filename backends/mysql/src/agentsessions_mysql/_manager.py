@@ -1,8 +1,8 @@
 """`MySQLSessionManager`: sessions in MySQL 8 or MariaDB 10.6+ through asyncmy.
 
-Round trips: a load is one statement (the record and its events in one ``UNION ALL``,
-so one snapshot); a create is one insert. A save, a compaction, a restore and the
-deletes are one transaction each: the session row is read ``FOR UPDATE`` (the
+Round trips: a load is one packet (a read-only transaction with one consistent
+snapshot holding the record's select and the events' select); a create is one
+insert. A save, a compaction, a restore and the deletes are one transaction each: the session row is read ``FOR UPDATE`` (the
 optimistic lock: the version, lineage and save tokens are checked in Python while the
 row is locked), then the row is updated and the events written, then COMMIT. MySQL
 has no data-modifying CTE, so a conditional write in one statement is not available.
@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from datetime import datetime
 from functools import wraps
 from typing import Any, ClassVar, Concatenate, ParamSpec, TypeVar
@@ -67,7 +67,12 @@ from ._schema import (
     insert_events,
     list_statement,
     migration_lock_name,
+    snapshot_read,
 )
+
+_LOAD_ALL = snapshot_read(STATEMENTS.load_record, STATEMENTS.events_all)
+_LOAD_LAST = snapshot_read(STATEMENTS.load_record, STATEMENTS.events_last)
+_LOAD_SINCE = snapshot_read(STATEMENTS.load_record, STATEMENTS.events_since)
 
 __all__ = ["MAX_VALUE_BYTES", "MIN_PACKET", "MySQLSessionManager"]
 
@@ -207,6 +212,13 @@ class MySQLSessionManager(SessionManager):
         if opts.uses_tls:
             kwargs["ssl"] = self._ssl_context()
         connection: Connection = await asyncmy.connect(**kwargs)
+        try:
+            # A load's snapshot spans its two selects only under REPEATABLE READ (the
+            # default, unless the server was configured otherwise).
+            await _execute(connection, "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        except BaseException:
+            connection.close()
+            raise
         return connection
 
     def _ssl_context(self) -> Any:
@@ -412,20 +424,34 @@ class MySQLSessionManager(SessionManager):
     ) -> LoadedSession | None:
         key = (self._ns, session_id.encode())
         live = (*key, to_micros(now))
+        if last_events == 0:
+            return _loaded(await self._read(STATEMENTS.load_record, live), [])
         if last_events is None:
-            rows = await self._read(STATEMENTS.load_all, (*live, *key))
-        elif last_events == 0:
-            rows = await self._read(STATEMENTS.load_record, live)
+            record, events = await self._snapshot(_LOAD_ALL, (*live, *key))
         else:
-            rows = await self._read(STATEMENTS.load_last, (*live, *key, last_events))
-        return _loaded(rows)
+            record, events = await self._snapshot(_LOAD_LAST, (*live, *key, last_events))
+            events.reverse()
+        return _loaded(record, events)
 
     async def _load_since(
         self, session_id: str, event_count: int, lineage: str, now: datetime
     ) -> LoadedSession | None:
         key = (self._ns, session_id.encode())
         args = (*key, to_micros(now), lineage, event_count, event_count, *key)
-        return _loaded(await self._read(STATEMENTS.load_since, args))
+        return _loaded(*await self._snapshot(_LOAD_SINCE, args))
+
+    async def _snapshot(
+        self, sql: str, args: Sequence[Any]
+    ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+        """The record rows and event rows of a `snapshot_read` load (one round trip)."""
+        try:
+            async with self._connection() as connection:
+                return await _snapshot_sets(connection, sql, args)
+        except (OSError, InterfaceError, OperationalError) as exc:
+            if not _lost(exc):
+                raise
+        async with self._connection() as connection:
+            return await _snapshot_sets(connection, sql, args)
 
     async def _locked(
         self,
@@ -594,6 +620,30 @@ async def _execute(connection: Connection, sql: str, args: Sequence[Any] = ()) -
         return await cursor.execute(sql, args or None)
 
 
+async def _snapshot_sets(
+    connection: Connection, sql: str, args: Sequence[Any]
+) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """Run a `snapshot_read` of two selects; their rows. A failure inside it leaves the
+    transaction open, so it is rolled back before the connection goes back to the pool."""
+    sets: list[list[tuple[Any, ...]]] = []
+    try:
+        async with connection.cursor() as cursor:
+            await cursor.execute(sql, args)
+            sets.append(list(await cursor.fetchall()))
+            for _ in range(3):  # START, the two selects, COMMIT: four results in all
+                if not await cursor.nextset():
+                    break
+                sets.append(list(await cursor.fetchall()))
+    except DriverError as exc:
+        if not _lost(exc):
+            with suppress(DriverError):
+                await _execute(connection, "ROLLBACK")
+        raise
+    if len(sets) != 4:
+        raise InterfaceError(f"a load returned {len(sets)} results, not 4")
+    return sets[1], sets[2]
+
+
 async def _fetch(connection: Connection, sql: str, args: Sequence[Any]) -> list[tuple[Any, ...]]:
     async with connection.cursor() as cursor:
         await cursor.execute(sql, args or None)
@@ -609,10 +659,9 @@ def _text(value: str | bytes) -> str:
     return value if isinstance(value, str) else bytes(value).decode()
 
 
-def _loaded(rows: list[tuple[Any, ...]]) -> LoadedSession | None:
-    """The session a load statement read (the record row, then event rows), or None."""
-    if not rows or rows[0][0] != 0:
+def _loaded(record: list[tuple[Any, ...]], events: list[tuple[Any, ...]]) -> LoadedSession | None:
+    """The session a load read (its record row and event rows), or None when absent."""
+    if not record:
         return None
-    record = decode_record(rows[0][1:10])
-    events = decode_events([bytes(row[3]) for row in rows[1:]]) if len(rows) > 1 else []
-    return LoadedSession(record, events)
+    texts = [bytes(row[0]) for row in events]
+    return LoadedSession(decode_record(record[0]), decode_events(texts) if texts else [])

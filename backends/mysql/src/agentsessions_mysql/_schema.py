@@ -34,6 +34,7 @@ __all__ = [
     "in_list",
     "insert_events",
     "list_statement",
+    "snapshot_read",
     "migration_lock_name",
 ]
 
@@ -102,13 +103,6 @@ def migration_lock_name(database: str) -> str:
     return f"agentsessions_mysql:{digest}"
 
 
-# The columns of a load, in SessionRecord's field order after the leading kind (0 the
-# record, 1 an event, whose JSON rides in the state column) and before the position.
-_RECORD = (
-    "0, session_id, user_id, state, version, created_at, updated_at, expires_at, "
-    "event_count, lineage, NULL"
-)
-_EVENT = "1, NULL, NULL, {data}, NULL, NULL, NULL, NULL, NULL, NULL, {position}"
 _LIVE = "namespace = %s AND session_id = %s AND (expires_at IS NULL OR expires_at > %s)"
 
 
@@ -187,39 +181,35 @@ class Statements:
         ORDER BY a.version, a.position
     """
 
-    # -- load: one statement, so one snapshot; the record row first, then events --
+    # -- load: one read-only transaction with a consistent snapshot, sent as ONE
+    # multi-statement packet (one round trip): the record, then its events. Two plain
+    # selects, not one UNION ALL: MariaDB sorts a union through a temporary table.
     # ns, id, now
-    load_record: str = "SELECT {_RECORD} FROM agentsessions_sessions WHERE {_LIVE}"
-    # ns, id, now, ns, id
-    load_all: str = """
-        SELECT {_RECORD} FROM agentsessions_sessions WHERE {_LIVE}
-        UNION ALL
-        SELECT {EVENT_E}
-        FROM agentsessions_events e WHERE e.namespace = %s AND e.session_id = %s
-        ORDER BY 1, 11
+    load_record: str = """
+        SELECT session_id, user_id, state, version, created_at, updated_at, expires_at,
+               event_count, lineage
+        FROM agentsessions_sessions WHERE {_LIVE}
     """
-    # ns, id, now, ns, id, last_events
-    load_last: str = """
-        SELECT {_RECORD} FROM agentsessions_sessions WHERE {_LIVE}
-        UNION ALL
-        SELECT {EVENT_W}
-        FROM (SELECT e.position, e.data FROM agentsessions_events e
-              WHERE e.namespace = %s AND e.session_id = %s
-              ORDER BY e.position DESC LIMIT %s) w
-        ORDER BY 1, 11
+    # ns, id
+    events_all: str = """
+        SELECT data FROM agentsessions_events
+        WHERE namespace = %s AND session_id = %s ORDER BY position
     """
-    # ns, id, now, lineage, count, count, ns, id: the events after the caller's copy
-    # while the lineage is unchanged, else all of them (SessionManager._load_since).
-    load_since: str = """
-        SELECT {_RECORD} FROM agentsessions_sessions WHERE {_LIVE}
-        UNION ALL
-        SELECT {EVENT_E}
+    # ns, id, last_events: newest first (reversed by the caller), a backward index scan
+    events_last: str = """
+        SELECT data FROM agentsessions_events
+        WHERE namespace = %s AND session_id = %s ORDER BY position DESC LIMIT %s
+    """
+    # lineage, count, count, ns, id: the events after the caller's copy while the
+    # lineage is unchanged, else all of them (SessionManager._load_since).
+    events_since: str = """
+        SELECT e.data
         FROM agentsessions_sessions s JOIN agentsessions_events e
           ON e.namespace = s.namespace AND e.session_id = s.session_id
          AND e.position >= s.first_position
              + CASE WHEN s.lineage = %s AND s.event_count >= %s THEN %s ELSE 0 END
         WHERE s.namespace = %s AND s.session_id = %s
-        ORDER BY 1, 11
+        ORDER BY e.position
     """
 
     # -- delete: ns, id, now / ns, user, now --
@@ -245,10 +235,7 @@ class Statements:
 def _filled() -> Statements:
     """The statements with the shared fragments in place of their ``{...}`` marks."""
     marks = {
-        "{_RECORD}": _RECORD,
         "{_LIVE}": _LIVE,
-        "{EVENT_E}": _EVENT.format(data="e.data", position="e.position"),
-        "{EVENT_W}": _EVENT.format(data="w.data", position="w.position"),
     }
     filled = {}
     for field in fields(Statements):
@@ -260,6 +247,12 @@ def _filled() -> Statements:
 
 
 STATEMENTS = _filled()
+
+
+def snapshot_read(*statements: str) -> str:
+    """*statements* in one read-only transaction with one snapshot, as one packet."""
+    body = "; ".join(statement.strip() for statement in statements)
+    return f"START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY; {body}; COMMIT"
 
 
 def in_list(table: str, count: int) -> str:
