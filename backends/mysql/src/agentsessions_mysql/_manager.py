@@ -4,8 +4,9 @@ Round trips: a load is one packet (a read-only transaction with one consistent
 snapshot holding the record's select and the events' select); a create is one
 insert. A save, a compaction, a restore and the deletes are one transaction each:
 the session row is read ``FOR UPDATE`` (the optimistic lock: the version, lineage
-and save tokens are checked in Python while the row is locked), then the row is updated and the events written, then COMMIT. MySQL
-has no data-modifying CTE, so a conditional write in one statement is not available.
+and save tokens are checked in Python while the row is locked), then the row is
+updated and the events written, then COMMIT. MySQL has no data-modifying CTE, so a
+conditional write in one statement is not available.
 
 Deadlines: every call runs under the manager's deadline, which cancels it. A
 connection left with a statement in flight is closed at once, and the statement is
