@@ -516,23 +516,28 @@ class MySQLFloor(_Floor):
         connection = await self._conn()
         try:
             async with connection.cursor() as cursor:
-                await cursor.execute("START TRANSACTION")
+                # Two round trips, as multi-statement packets: the lock with the
+                # START, then the writes with the COMMIT (asyncmy quotes the values).
                 await cursor.execute(
-                    "SELECT n FROM floor_sessions WHERE sid = %s FOR UPDATE", (session_id,)
+                    "START TRANSACTION; SELECT n FROM floor_sessions WHERE sid = %s FOR UPDATE",
+                    (session_id,),
                 )
+                await cursor.nextset()
                 first = int((await cursor.fetchall())[0][0])
                 rows = ", ".join(["(%s, %s, %s)"] * len(texts))
                 args: list[Any] = []
                 for offset, text in enumerate(texts):
                     args += (session_id, first + offset, text)
-                await cursor.execute(
+                insert = cursor.mogrify(
                     "INSERT INTO floor_events VALUES {rows}".replace("{rows}", rows), args
                 )
-                await cursor.execute(
+                update = cursor.mogrify(
                     "UPDATE floor_sessions SET n = %s, updated_at = %s WHERE sid = %s",
                     (first + len(texts), int(_now().timestamp() * 1e6), session_id),
                 )
-                await cursor.execute("COMMIT")
+                await cursor.execute("; ".join([insert, update, "COMMIT"]))
+                for _ in range(2):  # the update's and the commit's results
+                    await cursor.nextset()
         except BaseException:
             connection.close()
             raise

@@ -211,7 +211,7 @@ def _add_engine(
             factories.append(lambda: OurStore("memory://"))
         elif engine == "sqlite":
             factories.append(lambda: OurStore("sqlite:///" + sqlite_file("ours")))
-        elif engine == "postgres":
+        elif engine in ("postgres", "mysql"):
             # The same pool as the floor (asyncpg's default 10, opened up front), so
             # throughput compares the code, not how many connections each may open.
             factories.append(lambda: OurStore(where, min_pool_size=10, max_pool_size=10))
