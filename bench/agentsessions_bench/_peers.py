@@ -182,6 +182,7 @@ class SdkSqlAlchemyStore(_SdkStore):
             self._engine = create_async_engine(
                 await _create_mysql_database(self._where, self._schema)
             )
+            await self._probe_mysql()
         else:
             _need("asyncpg", "asyncpg")
             await _create_pg_schema(self._where, self._schema)
@@ -189,6 +190,20 @@ class SdkSqlAlchemyStore(_SdkStore):
                 _sqlalchemy_pg_url(self._where),
                 connect_args={"server_settings": {"search_path": self._schema}},
             )
+
+    async def _probe_mysql(self) -> None:
+        """Create the SDK's tables now: its models declare ``VARCHAR`` without a length,
+        which MySQL refuses (``CompileError``), and a store that cannot run is reported
+        unavailable with the SDK's own message rather than failing every turn."""
+        from sqlalchemy.exc import CompileError
+
+        try:
+            await self._make("probe").get_items()
+        except CompileError as exc:
+            await self._engine.dispose()
+            self._engine = None
+            await _drop_mysql_database(self._where, self._schema)
+            raise StoreUnavailable(f"SQLAlchemySession cannot create its tables: {exc}") from exc
 
     def _make(self, session_id: str) -> Any:
         from agents.extensions.memory.sqlalchemy_session import SQLAlchemySession
