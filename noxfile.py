@@ -55,7 +55,7 @@ def _pythons(raw: str) -> list[str] | None:
 
 
 PYTHON = _pythons(os.environ.get("AGENTSESSIONS_NOX_PYTHON", ""))
-BACKENDS = ("memory", "sqlite", "postgres", "redis", "mongo")
+BACKENDS = ("memory", "sqlite", "postgres", "redis", "mongo", "mysql")
 # Finds or starts the database servers; every session that runs tests needs it.
 TESTSERVERS = "tools/testservers"
 # Core with its framework extras and OpenTelemetry, and the command line (cli/, which the
@@ -197,6 +197,7 @@ DISTRIBUTIONS = (
     "agentsessions-postgres",
     "agentsessions-redis",
     "agentsessions-mongo",
+    "agentsessions-mysql",
 )
 
 
@@ -339,7 +340,7 @@ import sys, importlib
 venv = sys.argv[1]
 for name in ("agentsessions", "agentsessions_cli", "agentsessions_conformance",
              "agentsessions_sqlite", "agentsessions_postgres", "agentsessions_redis",
-             "agentsessions_mongo"):
+             "agentsessions_mongo", "agentsessions_mysql"):
     path = importlib.import_module(name).__file__
     assert path.startswith(venv), f"{name} imported from {path}, not from the wheel"
 """

@@ -61,3 +61,10 @@ def mongo_url() -> str:
     from agentsessions_testservers import find_mongo
 
     return _server("MongoDB", find_mongo)
+
+
+@pytest.fixture(scope="session")
+def mysql_url() -> str:
+    from agentsessions_testservers import find_mysql
+
+    return _server("MySQL/MariaDB", find_mysql)

@@ -30,6 +30,7 @@ PUBLISHED = {
     "agentsessions-postgres": "backends/postgres",
     "agentsessions-redis": "backends/redis",
     "agentsessions-mongo": "backends/mongo",
+    "agentsessions-mysql": "backends/mysql",
 }
 REPOSITORY = "https://github.com/agentsessions/agentsessions"
 URLS = {

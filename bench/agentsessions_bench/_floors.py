@@ -450,12 +450,141 @@ class MongoFloor(_Floor):
         return int(await self._events.count_documents({"sid": session_id}))
 
 
+class MySQLFloor(_Floor):
+    """asyncmy: a read is one range query, a write one transaction (count, two rows)."""
+
+    engine = "mysql"
+    name = "raw asyncmy"
+
+    def __init__(self, url: str, pool_size: int = 10) -> None:
+        from urllib.parse import unquote, urlsplit
+
+        parts = urlsplit(url)
+        self._args: dict[str, Any] = {
+            "host": parts.hostname or "127.0.0.1",
+            "port": parts.port or 3306,
+            "user": unquote(parts.username or "root"),
+            "password": unquote(parts.password or ""),
+            "db": parts.path.lstrip("/"),
+            "autocommit": True,
+        }
+        self._pool_size = pool_size
+        self._idle: list[Any] = []
+
+    async def _conn(self) -> Any:
+        import asyncmy  # type: ignore[import-untyped,unused-ignore]
+
+        return self._idle.pop() if self._idle else await asyncmy.connect(**self._args)
+
+    async def _run(self, sql: str, args: Sequence[Any] = (), *, fetch: bool = False) -> Any:
+        connection = await self._conn()
+        try:
+            async with connection.cursor() as cursor:
+                await cursor.execute(sql, args or None)
+                rows = await cursor.fetchall() if fetch else None
+        except BaseException:
+            connection.close()
+            raise
+        self._idle.append(connection)
+        return rows
+
+    async def open(self) -> None:
+        try:
+            import asyncmy  # noqa: F401
+        except ImportError as exc:
+            raise StoreUnavailable("asyncmy is not installed") from exc
+        try:
+            await self._run(
+                "CREATE TABLE IF NOT EXISTS floor_sessions (sid VARBINARY(255) PRIMARY KEY,"
+                " n INT NOT NULL, updated_at BIGINT NOT NULL) ENGINE=InnoDB"
+            )
+            await self._run(
+                "CREATE TABLE IF NOT EXISTS floor_events ("
+                " sid VARBINARY(255) NOT NULL, pos INT NOT NULL,"
+                " data LONGBLOB NOT NULL, PRIMARY KEY (sid, pos)) ENGINE=InnoDB"
+            )
+        except OSError as exc:
+            raise StoreUnavailable(f"MySQL unreachable: {exc}") from exc
+
+    async def close(self) -> None:
+        await self._run("DROP TABLE IF EXISTS floor_sessions, floor_events")
+        for connection in self._idle:
+            connection.close()
+        self._idle.clear()
+
+    async def _append(self, session_id: str, texts: list[str]) -> None:
+        connection = await self._conn()
+        try:
+            async with connection.cursor() as cursor:
+                # Two round trips, as multi-statement packets: the lock with the
+                # START, then the writes with the COMMIT (asyncmy quotes the values).
+                await cursor.execute(
+                    "START TRANSACTION; SELECT n FROM floor_sessions WHERE sid = %s FOR UPDATE",
+                    (session_id,),
+                )
+                await cursor.nextset()
+                first = int((await cursor.fetchall())[0][0])
+                rows = ", ".join(["(%s, %s, %s)"] * len(texts))
+                args: list[Any] = []
+                for offset, text in enumerate(texts):
+                    args += (session_id, first + offset, text)
+                insert = cursor.mogrify(
+                    "INSERT INTO floor_events VALUES {rows}".replace("{rows}", rows), args
+                )
+                update = cursor.mogrify(
+                    "UPDATE floor_sessions SET n = %s, updated_at = %s WHERE sid = %s",
+                    (first + len(texts), int(_now().timestamp() * 1e6), session_id),
+                )
+                await cursor.execute("; ".join([insert, update, "COMMIT"]))
+                for _ in range(2):  # the update's and the commit's results
+                    await cursor.nextset()
+        except BaseException:
+            connection.close()
+            raise
+        self._idle.append(connection)
+
+    async def create(self, session_id: str, history: int, batch: int = BULK_BATCH) -> None:
+        await self._run("INSERT INTO floor_sessions VALUES (%s, 0, 0)", (session_id,))
+        for start in range(0, history, batch):
+            await self._append(session_id, _history_texts(min(batch, history - start), start))
+
+    async def turn(self, session_id: str, last: int | None) -> float:
+        started = time.perf_counter()
+        if last is None:
+            rows = await self._run(
+                "SELECT data FROM floor_events WHERE sid = %s ORDER BY pos",
+                (session_id,),
+                fetch=True,
+            )
+            _decode([row[0] for row in rows])
+        else:
+            rows = await self._run(
+                "SELECT data FROM floor_events WHERE sid = %s ORDER BY pos DESC LIMIT %s",
+                (session_id, last),
+                fetch=True,
+            )
+            _decode([row[0] for row in reversed(rows)])
+        read = time.perf_counter() - started
+        await self.append(session_id)
+        return read
+
+    async def append(self, session_id: str) -> None:
+        await self._append(session_id, _turn_texts())
+
+    async def count(self, session_id: str) -> int:
+        rows = await self._run(
+            "SELECT count(*) FROM floor_events WHERE sid = %s", (session_id,), fetch=True
+        )
+        return int(rows[0][0])
+
+
 FLOORS: dict[str, Callable[[str], Store]] = {
     "memory": MemoryFloor,
     "sqlite": SqliteFloor,
     "postgres": PostgresFloor,
     "redis": RedisFloor,
     "mongo": MongoFloor,
+    "mysql": MySQLFloor,
 }
 
 

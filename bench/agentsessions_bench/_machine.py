@@ -115,4 +115,12 @@ async def _version_of(engine: str, url: str) -> str:
             return f"{build.get('version', '?')} (wire-compatible server)"
         finally:
             await mongo.close()
+    if engine == "mysql":
+        from agentsessions import connect
+        from agentsessions_mysql import MySQLSessionManager
+
+        manager = connect(url)
+        assert isinstance(manager, MySQLSessionManager)
+        async with manager, manager._connection() as connection:
+            return str(connection.get_server_info())
     return "?"

@@ -22,6 +22,8 @@ _ENGINES = {
     "redis+cluster": "redis-cluster",
     "mongodb": "mongo",
     "mongodb+srv": "mongo",
+    "mysql": "mysql",
+    "mariadb": "mysql",
 }
 
 

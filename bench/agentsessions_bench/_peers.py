@@ -177,6 +177,12 @@ class SdkSqlAlchemyStore(_SdkStore):
         if self.engine == "sqlite":
             _need("aiosqlite", "aiosqlite")
             self._engine = create_async_engine(f"sqlite+aiosqlite:///{self._where}")
+        elif self.engine == "mysql":
+            _need("asyncmy", "asyncmy")
+            self._engine = create_async_engine(
+                await _create_mysql_database(self._where, self._schema)
+            )
+            await self._probe_mysql()
         else:
             _need("asyncpg", "asyncpg")
             await _create_pg_schema(self._where, self._schema)
@@ -184,6 +190,20 @@ class SdkSqlAlchemyStore(_SdkStore):
                 _sqlalchemy_pg_url(self._where),
                 connect_args={"server_settings": {"search_path": self._schema}},
             )
+
+    async def _probe_mysql(self) -> None:
+        """Create the SDK's tables now: its models declare ``VARCHAR`` without a length,
+        which MySQL refuses (``CompileError``), and a store that cannot run is reported
+        unavailable with the SDK's own message rather than failing every turn."""
+        from sqlalchemy.exc import CompileError
+
+        try:
+            await self._make("probe").get_items()
+        except CompileError as exc:
+            await self._engine.dispose()
+            self._engine = None
+            await _drop_mysql_database(self._where, self._schema)
+            raise StoreUnavailable(f"SQLAlchemySession cannot create its tables: {exc}") from exc
 
     def _make(self, session_id: str) -> Any:
         from agents.extensions.memory.sqlalchemy_session import SQLAlchemySession
@@ -196,6 +216,8 @@ class SdkSqlAlchemyStore(_SdkStore):
             await self._engine.dispose()
         if self.engine == "postgres":
             await _drop_pg_schema(self._where, self._schema)
+        elif self.engine == "mysql":
+            await _drop_mysql_database(self._where, self._schema)
 
 
 class SdkRedisStore(_SdkStore):
@@ -393,6 +415,10 @@ class AdkDatabaseStore(_AdkStore):
         if self.engine == "sqlite":
             _need("aiosqlite", "aiosqlite")
             self._service = DatabaseSessionService(f"sqlite+aiosqlite:///{self._where}")
+        elif self.engine == "mysql":
+            _need("asyncmy", "asyncmy")
+            url = await _create_mysql_database(self._where, self._schema)
+            self._service = DatabaseSessionService(url)
         else:
             _need("asyncpg", "asyncpg")
             await _create_pg_schema(self._where, self._schema)
@@ -421,6 +447,8 @@ class AdkDatabaseStore(_AdkStore):
             await self._service.close()
         if self.engine == "postgres":
             await _drop_pg_schema(self._where, self._schema)
+        elif self.engine == "mysql":
+            await _drop_mysql_database(self._where, self._schema)
 
 
 class AdkInMemoryStore(_AdkStore):
@@ -467,3 +495,50 @@ async def _drop_pg_schema(url: str, schema: str) -> None:
         await conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
     finally:
         await conn.close()
+
+
+# -- MySQL helpers ----------------------------------------------------------------------
+
+
+def _mysql_parts(url: str, suffix: str) -> tuple[dict[str, Any], str]:
+    """asyncmy's arguments for the server of *url*, and the peer's own database name."""
+    from urllib.parse import unquote, urlsplit
+
+    parts = urlsplit(url)
+    args: dict[str, Any] = {
+        "host": parts.hostname or "127.0.0.1",
+        "port": parts.port or 3306,
+        "user": unquote(parts.username or "root"),
+        "password": unquote(parts.password or ""),
+        "autocommit": True,
+    }
+    return args, f"{parts.path.lstrip('/')}_{suffix}"
+
+
+async def _mysql_execute(args: dict[str, Any], sql: str) -> None:
+    import asyncmy  # type: ignore[import-untyped,unused-ignore]
+
+    try:
+        conn = await asyncmy.connect(**args)
+    except OSError as exc:
+        raise StoreUnavailable(f"MySQL unreachable: {exc}") from exc
+    try:
+        async with conn.cursor() as cursor:
+            await cursor.execute(sql)
+    finally:
+        conn.close()
+
+
+async def _create_mysql_database(url: str, suffix: str) -> str:
+    """A fresh database beside *url*'s for one peer store; its SQLAlchemy URL."""
+    from urllib.parse import urlsplit
+
+    args, name = _mysql_parts(url, suffix)
+    await _mysql_execute(args, f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4")
+    netloc = urlsplit(url).netloc
+    return f"mysql+asyncmy://{netloc}/{name}?charset=utf8mb4"
+
+
+async def _drop_mysql_database(url: str, suffix: str) -> None:
+    args, name = _mysql_parts(url, suffix)
+    await _mysql_execute(args, f"DROP DATABASE IF EXISTS `{name}`")

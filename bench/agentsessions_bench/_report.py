@@ -20,6 +20,7 @@ ENGINE_TITLES = {
     "redis": "Redis",
     "redis-cluster": "Redis Cluster",
     "mongo": "MongoDB (wire-compatible server)",
+    "mysql": "MySQL / MariaDB",
 }
 _METRIC_TITLES = {
     "turn_full": "turn, full read",
@@ -83,7 +84,7 @@ def _check(
 # floor is a dict of strings), a turn at size 0 at most 1.2x the floor on a server
 # (1.3x, the earlier goal, in process), a full read at most 1.2x.
 _THROUGHPUT_FLOOR = {"memory": 0.5}
-_SERVER_ENGINES = frozenset({"postgres", "redis", "redis-cluster", "mongo"})
+_SERVER_ENGINES = frozenset({"postgres", "redis", "redis-cluster", "mongo", "mysql"})
 
 
 def evaluate_targets(stores: Sequence[dict[str, Any]], sizes: Sequence[int]) -> list[Target]:

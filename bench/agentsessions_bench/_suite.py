@@ -40,7 +40,7 @@ from ._store import Store
 
 __all__ = ["ENGINES", "Plan", "plan_for_url", "plan_suite"]
 
-ENGINES = ("memory", "sqlite", "postgres", "redis", "redis-cluster", "mongo")
+ENGINES = ("memory", "sqlite", "postgres", "redis", "redis-cluster", "mongo", "mysql")
 _SCHEMES = {
     "memory": "memory",
     "sqlite": "sqlite",
@@ -48,12 +48,14 @@ _SCHEMES = {
     "redis": "redis",
     "redis-cluster": "redis+cluster",
     "mongo": "mongodb",
+    "mysql": "mysql",
 }
 _SERVER_KIND: dict[str, Kind] = {
     "postgres": "postgres",
     "redis": "redis",
     "redis-cluster": "redis-cluster",
     "mongo": "mongo",
+    "mysql": "mysql",
 }
 
 Factory = Callable[[], Store]
@@ -209,7 +211,7 @@ def _add_engine(
             factories.append(lambda: OurStore("memory://"))
         elif engine == "sqlite":
             factories.append(lambda: OurStore("sqlite:///" + sqlite_file("ours")))
-        elif engine == "postgres":
+        elif engine in ("postgres", "mysql"):
             # The same pool as the floor (asyncpg's default 10, opened up front), so
             # throughput compares the code, not how many connections each may open.
             factories.append(lambda: OurStore(where, min_pool_size=10, max_pool_size=10))
@@ -236,6 +238,9 @@ def _add_engine(
     elif engine == "postgres":
         factories.append(lambda: SdkSqlAlchemyStore("postgres", where))
         factories.append(lambda: AdkDatabaseStore("postgres", where))
+    elif engine == "mysql":
+        factories.append(lambda: SdkSqlAlchemyStore("mysql", where))
+        factories.append(lambda: AdkDatabaseStore("mysql", where))
     elif engine == "redis":
         factories.append(lambda: SdkRedisStore(where))
     elif engine == "mongo":

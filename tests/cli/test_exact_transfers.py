@@ -1,6 +1,7 @@
 """Moving a store between engines is lossless: 2,000 sessions through every backend.
 
-postgres -> export -> import into redis -> copy to sqlite -> copy to mongo, then every
+postgres -> export -> import into redis -> copy to sqlite -> copy to mongo -> copy to
+mysql, then every
 field of every session (timestamps, owner, version, state, event ids, timestamps and
 order) and the listing order are compared with the original.
 """
@@ -86,6 +87,7 @@ def test_two_thousand_sessions_through_every_backend_arrive_exactly(
     postgres_url: str,
     redis_url: str,
     mongo_url: str,
+    mysql_url: str,
 ) -> None:
     pg = _with_namespace(postgres_url, namespace)
     redis = _with_namespace(redis_url, namespace)
@@ -93,6 +95,7 @@ def test_two_thousand_sessions_through_every_backend_arrive_exactly(
     # SecantusDB is one Python process: on a busy machine, 100 concurrent restores can
     # outlast the 10 s default deadline (tests/faults tests the deadline itself).
     mongo = _with_namespace(mongo_url, namespace) + "&timeout=60"
+    mysql = _with_namespace(mysql_url, namespace)
     try:
         asyncio.run(_populate(pg))
         original = asyncio.run(_everything(pg))
@@ -113,12 +116,12 @@ def test_two_thousand_sessions_through_every_backend_arrive_exactly(
         imported = cli("import", redis, str(export_file))
         assert imported.returncode == 0, imported.stderr
         assert f"{SESSIONS} created" in imported.stderr
-        for source, target in ((redis, sqlite), (sqlite, mongo)):
+        for source, target in ((redis, sqlite), (sqlite, mongo), (mongo, mysql)):
             copied = cli("copy", source, target)
             assert copied.returncode == 0, copied.stderr
             assert f"{SESSIONS} created" in copied.stderr and "verified" in copied.stderr
 
-        for url in (redis, sqlite):
+        for url in (redis, sqlite, mysql):
             assert asyncio.run(_everything(url)) == original, f"{url} differs from the original"
         # The last hop is read through its export: the first export, byte for byte, and
         # every line the original session (fields, events, listing order).
@@ -129,6 +132,6 @@ def test_two_thousand_sessions_through_every_backend_arrive_exactly(
             Session.model_validate_json(line).model_dump() for line in final.stdout.splitlines()
         ] == original
     finally:
-        for url in (pg, redis):
+        for url in (pg, redis, mysql):
             asyncio.run(_erase(url))
         asyncio.run(_drop_mongo_namespace(mongo_url, namespace))

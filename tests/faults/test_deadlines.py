@@ -61,6 +61,7 @@ SILENT_URLS = {
     "redis": "redis://127.0.0.1:{port}/0",
     "redis-cluster": "redis+cluster://127.0.0.1:{port}",
     "mongo": "mongodb://127.0.0.1:{port}/agentsessions_test",
+    "mysql": "mysql://root@127.0.0.1:{port}/agentsessions_test",
 }
 
 

@@ -25,7 +25,7 @@ from agentsessions import (
 )
 from agentsessions.backend import TOKENS_KEPT, SaveRequest
 
-BACKENDS = ["memory", "sqlite", "postgres", "redis", "redis-cluster", "mongo"]
+BACKENDS = ["memory", "sqlite", "postgres", "redis", "redis-cluster", "mongo", "mysql"]
 
 
 @pytest_asyncio.fixture(params=BACKENDS)

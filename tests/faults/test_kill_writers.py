@@ -20,7 +20,7 @@ pytestmark = pytest.mark.faults
 
 WRITER = str(Path(__file__).with_name("writer.py"))
 WRITERS = 3
-BACKENDS = ["sqlite", "postgres", "redis", "redis-cluster", "mongo"]
+BACKENDS = ["sqlite", "postgres", "redis", "redis-cluster", "mongo", "mysql"]
 
 
 def _url(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:

@@ -144,11 +144,28 @@ async def test_postgres_pool_backends_terminated() -> None:
         load.check()
 
 
+async def test_mysql_killed_and_restarted() -> None:
+    async with _private(servers.start_mysql) as server:
+        async with connect(server.url, timeout=TIMEOUT, max_pool_size=4) as manager:
+            load = Load(manager, "mysql kill -9 + restart")
+            await asyncio.sleep(LOAD_SECONDS)
+            for _ in range(2):
+                _kill(server.pids, signal.SIGKILL)  # type: ignore[attr-defined]
+                await _exited(server)
+                await asyncio.sleep(0.5)  # calls meet a closed port meanwhile
+                await asyncio.to_thread(server.start)  # InnoDB crash recovery
+                await load.recovered()
+                await asyncio.sleep(LOAD_SECONDS)
+            await load.stop()
+        load.check()
+
+
 FREEZABLE = {
     "postgres": servers.start_postgres,
     "redis": servers.start_redis,
     "redis-cluster": servers.start_redis_cluster,
     "mongo": servers.start_mongo,
+    "mysql": servers.start_mysql,
 }
 
 

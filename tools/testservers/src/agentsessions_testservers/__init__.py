@@ -22,6 +22,7 @@ from ._find import (
     Kind,
     find,
     find_mongo,
+    find_mysql,
     find_postgres,
     find_redis,
     find_redis_cluster,
@@ -30,6 +31,7 @@ from ._find import (
     stop_all,
 )
 from ._mongo import SECANTUS_SPEC, ensure_secantus, start_mongo
+from ._mysql import start_mysql
 from ._postgres import PostgresStandbyPair, start_postgres, start_postgres_pair
 from ._process import ManagedServer, ServerUnavailable, free_port
 from ._redis import RedisError, redis_command, start_redis, start_redis_cluster
@@ -49,6 +51,7 @@ __all__ = [
     "ensure_secantus",
     "find",
     "find_mongo",
+    "find_mysql",
     "find_postgres",
     "find_redis",
     "find_redis_cluster",
@@ -56,6 +59,7 @@ __all__ = [
     "free_port",
     "redis_command",
     "start_mongo",
+    "start_mysql",
     "start_postgres",
     "start_postgres_pair",
     "start_redis",

@@ -19,6 +19,7 @@ from ._containers import (
     start_redis_container,
 )
 from ._mongo import start_mongo
+from ._mysql import start_mysql
 from ._postgres import start_postgres
 from ._process import ManagedServer, ServerUnavailable
 from ._redis import start_redis, start_redis_cluster
@@ -30,6 +31,7 @@ __all__ = [
     "Kind",
     "find",
     "find_mongo",
+    "find_mysql",
     "find_postgres",
     "find_redis",
     "find_redis_cluster",
@@ -38,7 +40,7 @@ __all__ = [
     "stop_all",
 ]
 
-Kind = Literal["postgres", "redis", "redis-cluster", "redis-sentinel", "mongo"]
+Kind = Literal["postgres", "redis", "redis-cluster", "redis-sentinel", "mongo", "mysql"]
 KINDS: Final[tuple[Kind, ...]] = get_args(Kind)
 
 ENV_VARS: Final[dict[Kind, str]] = {
@@ -47,6 +49,7 @@ ENV_VARS: Final[dict[Kind, str]] = {
     "redis-cluster": "AGENTSESSIONS_REDIS_CLUSTER_URL",
     "redis-sentinel": "AGENTSESSIONS_REDIS_SENTINEL_URL",
     "mongo": "AGENTSESSIONS_MONGO_URL",
+    "mysql": "AGENTSESSIONS_MYSQL_URL",
 }
 
 _LOCAL: Final[dict[Kind, tuple[str, Callable[[], ManagedServer]]]] = {
@@ -55,6 +58,7 @@ _LOCAL: Final[dict[Kind, tuple[str, Callable[[], ManagedServer]]]] = {
     "redis-cluster": ("local redis-server cluster", start_redis_cluster),
     "redis-sentinel": ("local redis-server and Sentinels", start_redis_sentinel),
     "mongo": ("SecantusDB", start_mongo),
+    "mysql": ("local mariadbd", start_mysql),
 }
 
 _CONTAINER: Final[dict[Kind, Callable[[], ManagedServer]]] = {
@@ -142,6 +146,11 @@ def find_redis_sentinel() -> str:
 def find_mongo() -> str:
     """MongoDB URL (``mongodb://127.0.0.1:PORT/agentsessions_test``, SecantusDB, here)."""
     return find("mongo")
+
+
+def find_mysql() -> str:
+    """MySQL/MariaDB URL (``mysql://root@127.0.0.1:PORT/agentsessions_test`` here)."""
+    return find("mysql")
 
 
 def started_server(kind: Kind) -> ManagedServer | None:

@@ -1,0 +1,738 @@
+"""`MySQLSessionManager`: sessions in MySQL 8 or MariaDB 10.6+ through asyncmy.
+
+Round trips: a load is one packet (a read-only transaction with one consistent
+snapshot holding the record's select and the events' select); a create is one
+insert. A save, a compaction, a restore and the deletes are one transaction each:
+the session row is read ``FOR UPDATE`` (the optimistic lock: the version, lineage
+and save tokens are checked in Python while the row is locked), then the row is
+updated and the events written, then COMMIT. MySQL has no data-modifying CTE, so a
+conditional write in one statement is not available.
+
+Deadlines: every call runs under the manager's deadline, which cancels it. A
+connection left with a statement in flight is closed at once, and the statement is
+killed on the server from a side connection (`Pool.abandon`): MySQL would otherwise
+go on running it, holding its locks. Deadlocks and lock wait timeouts roll the
+transaction back before anything commits, so a write that meets one is run again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
+from contextlib import asynccontextmanager, suppress
+from datetime import datetime
+from functools import partial, wraps
+from typing import Any, ClassVar, Concatenate, ParamSpec, TypeVar
+
+import asyncmy
+from agentsessions import (
+    BackendAuthenticationError,
+    BackendReadOnlyError,
+    BackendTimeoutError,
+    BackendUnavailableError,
+    DatabaseNotFoundError,
+    SessionExistsError,
+    SessionSummary,
+)
+from agentsessions.backend import (
+    TOKENS_KEPT,
+    Capabilities,
+    CompactRequest,
+    ErrorRule,
+    EventRecord,
+    LoadedSession,
+    ManagerOptions,
+    SaveRequest,
+    SchemaTooNewError,
+    SessionManager,
+    SessionRecord,
+    decode_events,
+    decode_record,
+    decode_summary,
+    refused,
+    to_micros,
+)
+from asyncmy import Connection
+from asyncmy.errors import Error as DriverError
+from asyncmy.errors import IntegrityError, InterfaceError, OperationalError
+
+from ._options import DEFAULT_PORT, MySQLOptions, connect_arguments
+from ._pool import Pool
+from ._schema import (
+    LATEST_VERSION,
+    MIGRATIONS,
+    STATEMENTS,
+    VERSION_TABLE,
+    in_list,
+    insert_events,
+    list_statement,
+    migration_lock_name,
+    snapshot_read,
+)
+
+_LOAD_ALL = snapshot_read(STATEMENTS.load_record, STATEMENTS.events_all)
+_LOAD_LAST = snapshot_read(STATEMENTS.load_record, STATEMENTS.events_last)
+_LOAD_SINCE = snapshot_read(STATEMENTS.load_record, STATEMENTS.events_since)
+
+__all__ = ["MAX_VALUE_BYTES", "MIN_PACKET", "MySQLSessionManager"]
+
+#: The largest encoded state or event: quoted for the text protocol it may double,
+#: and it must fit in one packet with room to spare (see `MIN_PACKET`).
+MAX_VALUE_BYTES = 4 * 1024 * 1024
+#: The smallest ``max_allowed_packet`` the backend works with: a statement carrying
+#: one value of `MAX_VALUE_BYTES`, every byte escaped, and its other parameters.
+MIN_PACKET = 2 * MAX_VALUE_BYTES + 1024 * 1024
+# Events are inserted in statements of about this many bytes of JSON at most.
+_INSERT_BUDGET = 1024 * 1024
+
+# Server error codes.
+_ACCESS_DENIED = frozenset({1045, 1698})  # wrong password / unknown user, auth plugin refused
+_UNKNOWN_DATABASE = frozenset({1049, 1044})  # no such database, or none we may use
+_READ_ONLY = frozenset({1290, 1792, 1836})  # --read-only, read-only transaction, replica
+_RETRIED = frozenset({1205, 1213})  # lock wait timeout, deadlock: rolled back, retried
+_STATEMENT_TIMEOUT = frozenset({1969, 3024})  # MariaDB max_statement_time, MySQL's
+_LOST = frozenset({2006, 2013, 2014, 2055, 4031})  # gone away, lost, out of sync, idle
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+_WRITE_ATTEMPTS = 8
+# Expired sessions are deleted this many per transaction (few row locks at a time).
+PURGE_BATCH = 500
+
+
+def _code(exc: BaseException) -> int | None:
+    args = getattr(exc, "args", ())
+    return args[0] if args and isinstance(args[0], int) else None
+
+
+def _coded(codes: frozenset[int]) -> Callable[[Any], bool]:
+    return lambda exc: _code(exc) in codes
+
+
+_DRIVER_ERRORS = (
+    ErrorRule((asyncio.TimeoutError,), BackendTimeoutError),
+    ErrorRule((DriverError,), BackendAuthenticationError, when=_coded(_ACCESS_DENIED)),
+    ErrorRule((DriverError,), DatabaseNotFoundError, when=_coded(_UNKNOWN_DATABASE)),
+    ErrorRule((DriverError,), BackendReadOnlyError, when=_coded(_READ_ONLY)),
+    ErrorRule((DriverError,), BackendTimeoutError, when=_coded(_STATEMENT_TIMEOUT)),
+    ErrorRule((DriverError, OSError)),
+)
+
+#: What leaves a statement in flight, or the connection unusable: it is abandoned.
+_ABANDONED = (asyncio.CancelledError, asyncio.TimeoutError, OSError, InterfaceError)
+
+
+def _lost(exc: BaseException) -> bool:
+    return isinstance(exc, (OSError, InterfaceError)) or _code(exc) in _LOST
+
+
+def _write(
+    method: Callable[Concatenate[MySQLSessionManager, _P], Coroutine[Any, Any, _R]],
+) -> Callable[Concatenate[MySQLSessionManager, _P], Coroutine[Any, Any, _R]]:
+    """A write run again when the server rolled it back for a deadlock or a lock wait.
+
+    Both errors come before COMMIT, and `_transaction` rolls back what the statement
+    did not, so nothing was written and the retry starts from a fresh read.
+    """
+
+    @wraps(method)
+    async def write(manager: MySQLSessionManager, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        for attempt in range(_WRITE_ATTEMPTS - 1):
+            try:
+                return await method(manager, *args, **kwargs)
+            except OperationalError as exc:
+                if _code(exc) not in _RETRIED:
+                    raise
+            # Apart, so that the writers that deadlocked do not meet again at once.
+            await asyncio.sleep(random.uniform(0, 0.002 * 2**attempt))
+        return await method(manager, *args, **kwargs)
+
+    return write
+
+
+class MySQLSessionManager(SessionManager):
+    """Sessions in MySQL or MariaDB: ``connect("mysql://user:pw@host:3306/db")``."""
+
+    Options: ClassVar[type[ManagerOptions]] = MySQLOptions
+    driver_errors = _DRIVER_ERRORS
+    capabilities = Capabilities(
+        persistent=True,
+        shared=True,
+        ttl=True,
+        namespaces=True,
+        compaction=True,
+        max_event_bytes=MAX_VALUE_BYTES,
+        max_state_bytes=MAX_VALUE_BYTES,
+    )
+    db_system = "mysql"
+    default_port = DEFAULT_PORT
+
+    options: MySQLOptions
+
+    def __init__(self, url: str, options: ManagerOptions | None = None) -> None:
+        super().__init__(url, options)
+        self._connect_args = connect_arguments(url)  # a bad URL fails at connect()
+        self._ns = self.options.namespace.encode()
+        # asyncmy connections belong to the loop that opened them: one pool per loop.
+        self._pools = self.per_loop(
+            self._new_pool, Pool.close, Pool.terminate, prepare=self._migrate
+        )
+
+    # -- connections --------------------------------------------------------------------
+
+    async def _new_pool(self) -> Pool:
+        opts = self.options
+        pool = Pool(
+            self._new_connection,
+            min_size=opts.min_pool_size,
+            max_size=opts.max_pool_size,
+            kill_timeout=opts.bounded(opts.connect_timeout),
+        )
+        try:
+            await pool.fill()
+        except BaseException:
+            pool.terminate()
+            raise
+        return pool
+
+    async def _new_connection(self) -> Connection:
+        opts = self.options
+        init = (
+            "SET SESSION sql_mode = 'STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION', "
+            f"innodb_lock_wait_timeout = {int(opts.lock_wait_timeout)}"
+        )
+        kwargs: dict[str, Any] = {
+            **self._connect_args,
+            "charset": "utf8mb4",
+            "autocommit": True,
+            "init_command": init,
+            "connect_timeout": max(0.001, self._remaining(opts.connect_timeout)),
+            "max_allowed_packet": 1024 * 1024 * 1024,
+        }
+        if opts.uses_tls:
+            kwargs["ssl"] = self._ssl_context()
+        connection: Connection = await asyncmy.connect(**kwargs)
+        try:
+            # A load's snapshot spans its two selects only under REPEATABLE READ (the
+            # default, unless the server was configured otherwise).
+            await _execute(connection, "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        except BaseException:
+            connection.close()
+            raise
+        return connection
+
+    def _ssl_context(self) -> Any:
+        import ssl
+
+        opts = self.options
+        context = ssl.create_default_context(cafile=opts.ssl_ca)
+        if not opts.ssl_verify:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        if opts.ssl_cert is not None:
+            context.load_cert_chain(opts.ssl_cert, opts.ssl_key)
+        return context
+
+    @asynccontextmanager
+    async def _connection(self, pool: Pool | None = None) -> AsyncIterator[Connection]:
+        """A pooled connection; abandoned (closed, its statement killed) if a statement
+        may still be in flight, and every pooled one expired when it was found dead."""
+        pool = self._pools.current() if pool is None else pool
+        generation, connection = await pool.acquire()
+        try:
+            yield connection
+        except BaseException as exc:
+            if isinstance(exc, _ABANDONED) or _lost(exc):
+                pool.abandon(connection)
+                if _lost(exc):
+                    pool.expire()
+            else:
+                pool.release(generation, connection)
+            raise
+        pool.release(generation, connection)
+
+    @asynccontextmanager
+    async def _transaction(self, connection: Connection) -> AsyncIterator[None]:
+        """START TRANSACTION ... COMMIT; an ordinary failure is rolled back, an abandoned
+        transaction is left to `_connection` (the server rolls back a closed one)."""
+        await _execute(connection, "START TRANSACTION")
+        try:
+            yield
+        except BaseException as exc:
+            if not (isinstance(exc, _ABANDONED) or _lost(exc)):
+                await _execute(connection, "ROLLBACK")
+            raise
+        await _execute(connection, "COMMIT")
+
+    @asynccontextmanager
+    async def _batched(self, connection: Connection) -> AsyncIterator[_Tx]:
+        """A `_Tx`, committed on normal exit; rolled back as `_transaction` does."""
+        tx = _Tx(connection)
+        try:
+            yield tx
+        except BaseException as exc:
+            if not (isinstance(exc, _ABANDONED) or _lost(exc)):
+                await _execute(connection, "ROLLBACK")
+            raise
+        await tx.commit()
+
+    async def _read(self, sql: str, args: Sequence[Any]) -> list[tuple[Any, ...]]:
+        """A read-only statement, once more on a fresh connection if the first was dead."""
+        try:
+            async with self._connection() as connection:
+                return await _fetch(connection, sql, args)
+        except (OSError, InterfaceError, OperationalError) as exc:
+            if not _lost(exc):
+                raise
+        async with self._connection() as connection:
+            return await _fetch(connection, sql, args)
+
+    # -- schema -------------------------------------------------------------------------
+
+    async def _migrate(self, pool: Pool) -> None:
+        """Bring the database to `LATEST_VERSION`, exactly once across racing managers.
+
+        Already migrated (the common case): two reads, no lock. Otherwise ``GET_LOCK``
+        serialises the managers starting at once: the first applies the migrations,
+        the others wait, then find them applied. Also checks ``max_allowed_packet``.
+        """
+        async with self._connection(pool) as connection:
+            packet = (await _fetch(connection, "SELECT @@max_allowed_packet", ()))[0][0]
+            if int(packet) < MIN_PACKET:
+                raise BackendUnavailableError(
+                    self.url,
+                    f"the server's max_allowed_packet is {int(packet)} bytes; this backend "
+                    f"needs at least {MIN_PACKET} (SET GLOBAL max_allowed_packet = 16777216)",
+                )
+            found = await self._schema_version(connection)
+            if found == LATEST_VERSION:
+                self._migrations_applied(found, LATEST_VERSION)
+                return
+            lock = migration_lock_name(self._connect_args["db"])
+            wait = max(1, int(self._remaining()))
+            got = (await _fetch(connection, "SELECT GET_LOCK(%s, %s)", (lock, wait)))[0][0]
+            if got != 1:
+                raise asyncio.TimeoutError("waited too long for the migration lock")
+            try:
+                await _execute(connection, VERSION_TABLE)
+                found = await self._schema_version(connection)
+                for version in sorted(MIGRATIONS):
+                    if version <= found:
+                        continue
+                    for ddl in MIGRATIONS[version]:
+                        await _execute(connection, ddl)
+                    await _execute(
+                        connection,
+                        STATEMENTS.record_version,
+                        (version, to_micros(self.clock.now())),
+                    )
+            finally:
+                await _execute(connection, "DO RELEASE_LOCK(%s)", (lock,))
+        self._migrations_applied(found, LATEST_VERSION)
+
+    async def _schema_version(self, connection: Connection) -> int:
+        if not (await _fetch(connection, STATEMENTS.schema_exists, ()))[0][0]:
+            return 0
+        found = int((await _fetch(connection, STATEMENTS.current_version, ()))[0][0] or 0)
+        if found > LATEST_VERSION:
+            raise SchemaTooNewError(found, LATEST_VERSION, f"database {self._connect_args['db']!r}")
+        return found
+
+    # -- the contract -------------------------------------------------------------------
+
+    def _row(self, record: SessionRecord) -> tuple[Any, ...]:
+        expires = None if record.expires_at is None else to_micros(record.expires_at)
+        return (
+            self._ns,
+            record.session_id.encode(),
+            None if record.user_id is None else record.user_id.encode(),
+            record.state,
+            record.version,
+            to_micros(record.created_at),
+            to_micros(record.updated_at),
+            expires,
+            record.event_count,
+            record.lineage,
+        )
+
+    async def _replace(
+        self, connection: Connection, row: tuple[Any, ...], key: tuple[bytes, bytes]
+    ) -> None:
+        """Overwrite a locked expired session with *row* and drop its events and archive."""
+        await _execute(connection, STATEMENTS.replace_session, (*row[2:], *key))
+        await _execute(connection, STATEMENTS.delete_events, key)
+        await _execute(connection, STATEMENTS.delete_archive, key)
+
+    @_write
+    async def _create(self, record: SessionRecord, now: datetime) -> None:
+        row = self._row(record)
+        key = (self._ns, row[1])
+        async with self._connection() as connection:
+            try:  # the common case: one statement, autocommitted
+                await _execute(connection, STATEMENTS.insert_session, row)
+                return
+            except IntegrityError as exc:
+                if _code(exc) != 1062:  # duplicate key: the id is taken
+                    raise
+            while True:
+                async with self._transaction(connection):
+                    if await self._insert_or_replace(connection, row, key, now):
+                        return
+
+    @_write
+    async def _restore(
+        self, record: SessionRecord, events: list[EventRecord], now: datetime
+    ) -> None:
+        row = self._row(record)
+        key = (self._ns, row[1])
+        async with self._connection() as connection:
+            while True:
+                async with self._transaction(connection):
+                    # The insert first: a locking read of an absent row would take a
+                    # gap lock, and concurrent restores of neighbouring ids deadlock
+                    # on those; inserts of distinct keys never wait for each other.
+                    if not await self._insert_or_replace(connection, row, key, now):
+                        continue  # deleted between our two statements: again
+                    await self._insert(
+                        partial(_execute, connection), key, 0, [e.data for e in events]
+                    )
+                    return
+
+    async def _insert_or_replace(
+        self, connection: Connection, row: tuple[Any, ...], key: tuple[bytes, bytes], now: datetime
+    ) -> bool:
+        """Insert the session row, or replace an expired one (`SessionExistsError` for a
+        live one); False when the row that blocked the insert is gone (try again)."""
+        try:
+            await _execute(connection, STATEMENTS.insert_session, row)
+            return True
+        except IntegrityError as exc:
+            if _code(exc) != 1062:  # duplicate key: the id is taken
+                raise
+        found = await _fetch(connection, STATEMENTS.lock_session, key)
+        if not found:
+            return False
+        if not _expired(found[0][2], now):
+            raise SessionExistsError(_text(key[1]))
+        await self._replace(connection, row, key)
+        return True
+
+    async def _insert(
+        self,
+        run: Callable[[str, Sequence[Any]], Awaitable[Any]],
+        key: tuple[bytes, bytes],
+        first: int,
+        texts: list[str],
+    ) -> None:
+        """Insert *texts* at positions from *first*, in statements of bounded size."""
+        start = 0
+        while start < len(texts):
+            end, size = start, 0
+            while end < len(texts) and (end == start or size + len(texts[end]) <= _INSERT_BUDGET):
+                size += len(texts[end])
+                end += 1
+            args: list[Any] = []
+            for offset, text in enumerate(texts[start:end]):
+                args += (*key, first + start + offset, text)
+            await run(insert_events(end - start), args)
+            start = end
+
+    async def _load(
+        self, session_id: str, last_events: int | None, now: datetime
+    ) -> LoadedSession | None:
+        key = (self._ns, session_id.encode())
+        live = (*key, to_micros(now))
+        if last_events == 0:
+            return _loaded(await self._read(STATEMENTS.load_record, live), [])
+        if last_events is None:
+            record, events = await self._snapshot(_LOAD_ALL, (*live, *key))
+        else:
+            record, events = await self._snapshot(_LOAD_LAST, (*live, *key, last_events))
+            events.reverse()
+        return _loaded(record, events)
+
+    async def _load_since(
+        self, session_id: str, event_count: int, lineage: str, now: datetime
+    ) -> LoadedSession | None:
+        key = (self._ns, session_id.encode())
+        args = (*key, to_micros(now), lineage, event_count, event_count, *key)
+        return _loaded(*await self._snapshot(_LOAD_SINCE, args))
+
+    async def _snapshot(
+        self, sql: str, args: Sequence[Any]
+    ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+        """The record rows and event rows of a `snapshot_read` load (one round trip)."""
+        try:
+            async with self._connection() as connection:
+                return await _snapshot_sets(connection, sql, args)
+        except (OSError, InterfaceError, OperationalError) as exc:
+            if not _lost(exc):
+                raise
+        async with self._connection() as connection:
+            return await _snapshot_sets(connection, sql, args)
+
+    async def _locked(
+        self,
+        tx: _Tx,
+        key: tuple[bytes, bytes],
+        request: SaveRequest | CompactRequest,
+        now: datetime,
+    ) -> tuple[int, bytes] | None:
+        """Lock the session row and check *request* against it: its first position and
+        the tokens to store, or None when the token is stored (the save landed before)."""
+        found = await tx.fetch(STATEMENTS.lock_session, key)
+        if found:
+            version, lineage, expires, first, tokens = found[0]
+            token = request.token.encode()
+            kept = [bytes(tokens[i : i + 32]) for i in range(0, len(tokens), 32)]
+            if token and token in kept:
+                return None
+            if not _expired(expires, now):
+                if request.expects(int(version), _text(lineage)):
+                    return int(first), b"".join([token, *kept][:TOKENS_KEPT])
+                raise refused(
+                    request,
+                    live=True,
+                    stored_version=int(version),
+                    other_life=int(version) == request.expected_version,
+                )
+        raise refused(request, live=False)
+
+    @_write
+    async def _save(self, request: SaveRequest, now: datetime) -> None:
+        record = request.record
+        key = (self._ns, record.session_id.encode())
+        expires = None if record.expires_at is None else to_micros(record.expires_at)
+        async with self._connection() as connection, self._batched(connection) as tx:
+            locked = await self._locked(tx, key, request, now)
+            if locked is None:
+                return
+            first, tokens = locked
+            await tx.execute(
+                STATEMENTS.update_saved,
+                (
+                    record.state,
+                    record.version,
+                    to_micros(record.updated_at),
+                    expires,
+                    record.event_count,
+                    tokens,
+                    record.lineage,
+                    *key,
+                ),
+            )
+            if request.truncates:
+                await tx.execute(STATEMENTS.delete_events_from, (*key, first + request.keep))
+            if request.new_events:
+                texts = [event.data for event in request.new_events]
+                await self._insert(tx.execute, key, first + request.keep, texts)
+
+    @_write
+    async def _compact(self, request: CompactRequest, now: datetime) -> None:
+        key = (self._ns, request.session_id.encode())
+        expires = None if request.expires_at is None else to_micros(request.expires_at)
+        async with self._connection() as connection, self._batched(connection) as tx:
+            locked = await self._locked(tx, key, request, now)
+            if locked is None:
+                return
+            first, tokens = locked
+            cut = first + request.replaced  # the first stored position that stays
+            new_first = cut - len(request.new_events)
+            if request.archive:
+                await tx.execute(
+                    STATEMENTS.archive_events,
+                    (request.expected_version, first, *key, cut),
+                )
+            await tx.execute(STATEMENTS.delete_events_below, (*key, cut))
+            await self._insert(
+                tx.execute, key, new_first, [event.data for event in request.new_events]
+            )
+            await tx.execute(
+                STATEMENTS.update_compacted,
+                (
+                    request.version,
+                    to_micros(request.updated_at),
+                    expires,
+                    request.event_count,
+                    tokens,
+                    new_first,
+                    request.lineage,
+                    *key,
+                ),
+            )
+
+    async def _archived(self, session_id: str, now: datetime) -> list[str]:
+        key = (self._ns, session_id.encode())
+        rows = await self._read(STATEMENTS.load_archive, (*key, *key, to_micros(now)))
+        return [_text(row[0]) for row in rows]
+
+    @_write
+    async def _delete(self, session_id: str, now: datetime) -> bool:
+        key = (self._ns, session_id.encode())
+        async with self._connection() as connection, self._transaction(connection):
+            found = await _fetch(connection, STATEMENTS.session_liveness, (to_micros(now), *key))
+            if not found:
+                return False
+            await _execute(connection, STATEMENTS.delete_session, key)
+            await _execute(connection, STATEMENTS.delete_events, key)
+            await _execute(connection, STATEMENTS.delete_archive, key)
+        return bool(found[0][0])
+
+    @_write
+    async def _delete_user(self, user_id: str, now: datetime) -> int:
+        args = (to_micros(now), self._ns, user_id.encode())
+        async with self._connection() as connection, self._transaction(connection):
+            rows = await _fetch(connection, STATEMENTS.user_sessions, args)
+            await self._erase(connection, [row[0] for row in rows])
+        return sum(1 for row in rows if row[1])
+
+    async def _erase(self, connection: Connection, ids: list[bytes]) -> None:
+        """Delete the sessions *ids* (locked), their events and their archives."""
+        for start in range(0, len(ids), PURGE_BATCH):
+            batch = ids[start : start + PURGE_BATCH]
+            for table in (
+                "agentsessions_sessions",
+                "agentsessions_events",
+                "agentsessions_archive",
+            ):
+                await _execute(connection, in_list(table, len(batch)), (self._ns, *batch))
+
+    async def _list(
+        self,
+        user_id: str | None,
+        limit: int,
+        after: tuple[datetime, str] | None,
+        now: datetime,
+    ) -> list[SessionSummary]:
+        sql = list_statement(by_user=user_id is not None, paged=after is not None)
+        args: list[Any] = [self._ns, to_micros(now)]
+        if user_id is not None:
+            args.append(user_id.encode())
+        if after is not None:
+            created = to_micros(after[0])
+            args += [created, created, after[1].encode()]
+        args.append(limit)
+        return [decode_summary(row) for row in await self._read(sql, args)]
+
+    @_write
+    async def _purge_expired(self, now: datetime) -> int:
+        purged = 0
+        while True:
+            async with self._connection() as connection, self._transaction(connection):
+                rows = await _fetch(
+                    connection, STATEMENTS.purge_batch, (self._ns, to_micros(now), PURGE_BATCH)
+                )
+                await self._erase(connection, [row[0] for row in rows])
+            purged += len(rows)
+            if len(rows) < PURGE_BATCH:
+                return purged
+
+
+async def _execute(connection: Connection, sql: str, args: Sequence[Any] = ()) -> int:
+    async with connection.cursor() as cursor:
+        return await cursor.execute(sql, args or None)
+
+
+class _Tx:
+    """A write transaction that sends its statements in as few packets as it can.
+
+    ``START TRANSACTION`` rides with the first read (the row lock), and the writes are
+    held back and sent with ``COMMIT`` (or sooner, past `_INSERT_BUDGET` bytes), each
+    packet a multi-statement query: a save is two round trips, not five. The values
+    are quoted by asyncmy (`Cursor.mogrify`) exactly as for a single statement.
+    """
+
+    def __init__(self, connection: Connection) -> None:
+        self.connection = connection
+        self._pending: list[str] = ["START TRANSACTION"]
+        self._size = 0
+
+    def _text(self, sql: str, args: Sequence[Any]) -> str:
+        return self.connection.cursor().mogrify(sql, tuple(args)).strip()
+
+    async def fetch(self, sql: str, args: Sequence[Any]) -> list[tuple[Any, ...]]:
+        """Send what is pending and *sql*; the rows *sql* returned."""
+        statements = [*self._pending, self._text(sql, args)]
+        self._pending, self._size = [], 0
+        return (await _multi(self.connection, statements))[-1]
+
+    async def execute(self, sql: str, args: Sequence[Any] = ()) -> None:
+        """Hold *sql* back until the commit, unless what is held grows too large."""
+        text = self._text(sql, args)
+        if self._pending and self._size + len(text) > _INSERT_BUDGET:
+            await self._flush()  # so that no packet holds more than one large value
+        self._pending.append(text)
+        self._size += len(text)
+        if self._size > _INSERT_BUDGET:
+            await self._flush()
+
+    async def _flush(self) -> None:
+        statements, self._pending, self._size = self._pending, [], 0
+        await _multi(self.connection, statements)
+
+    async def commit(self) -> None:
+        await _multi(self.connection, [*self._pending, "COMMIT"])
+        self._pending = []
+
+
+async def _multi(connection: Connection, statements: list[str]) -> list[list[tuple[Any, ...]]]:
+    """Run *statements* as one multi-statement packet; every statement's rows."""
+    sets: list[list[tuple[Any, ...]]] = []
+    async with connection.cursor() as cursor:
+        await cursor.execute("; ".join(statements))
+        sets.append(list(await cursor.fetchall()))
+        for _ in range(len(statements) - 1):
+            if not await cursor.nextset():
+                break
+            sets.append(list(await cursor.fetchall()))
+    if len(sets) != len(statements):
+        raise InterfaceError(f"{len(statements)} statements returned {len(sets)} results")
+    return sets
+
+
+async def _snapshot_sets(
+    connection: Connection, sql: str, args: Sequence[Any]
+) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """Run a `snapshot_read` of two selects; their rows. A failure inside it leaves the
+    transaction open, so it is rolled back before the connection goes back to the pool."""
+    sets: list[list[tuple[Any, ...]]] = []
+    try:
+        async with connection.cursor() as cursor:
+            await cursor.execute(sql, args)
+            sets.append(list(await cursor.fetchall()))
+            for _ in range(3):  # START, the two selects, COMMIT: four results in all
+                if not await cursor.nextset():
+                    break
+                sets.append(list(await cursor.fetchall()))
+    except DriverError as exc:
+        if not _lost(exc):
+            with suppress(DriverError):
+                await _execute(connection, "ROLLBACK")
+        raise
+    if len(sets) != 4:
+        raise InterfaceError(f"a load returned {len(sets)} results, not 4")
+    return sets[1], sets[2]
+
+
+async def _fetch(connection: Connection, sql: str, args: Sequence[Any]) -> list[tuple[Any, ...]]:
+    async with connection.cursor() as cursor:
+        await cursor.execute(sql, args or None)
+        rows: list[tuple[Any, ...]] = await cursor.fetchall()
+        return rows
+
+
+def _expired(expires_at: int | None, now: datetime) -> bool:
+    return expires_at is not None and int(expires_at) <= to_micros(now)
+
+
+def _text(value: str | bytes) -> str:
+    return value if isinstance(value, str) else bytes(value).decode()
+
+
+def _loaded(record: list[tuple[Any, ...]], events: list[tuple[Any, ...]]) -> LoadedSession | None:
+    """The session a load read (its record row and event rows), or None when absent."""
+    if not record:
+        return None
+    texts = [bytes(row[0]) for row in events]
+    return LoadedSession(decode_record(record[0]), decode_events(texts) if texts else [])

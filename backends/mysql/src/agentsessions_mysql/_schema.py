@@ -1,0 +1,290 @@
+"""The tables, their migrations, and every statement the manager sends.
+
+Layout (in the URL's database)::
+
+    agentsessions_sessions        (namespace, session_id) PRIMARY KEY
+    agentsessions_events          (namespace, session_id, position) PRIMARY KEY
+    agentsessions_archive         (namespace, session_id, version, position) PRIMARY KEY
+    agentsessions_schema_version  one row per applied migration
+
+InnoDB, utf8mb4. Ids are ``VARBINARY``, not a ``_bin`` collation: MariaDB's ``utf8mb4_bin``
+pads with spaces (``'a' = 'a '``), which would make two ids one key, and byte order of
+UTF-8 is code-point order, the listing order of every backend. State and events are
+``LONGBLOB`` holding the JSON text exactly as saved: MySQL's ``JSON`` type re-encodes
+(it reorders keys and normalises numbers) and MariaDB's is a ``LONGTEXT`` with a check,
+so neither would add anything but cost. Timestamps are ``BIGINT`` microseconds since the
+epoch (`agentsessions.backend.to_micros`): exact, ordered, and free of the server's and
+the connection's time zone.
+
+Values always travel as parameters (asyncmy quotes them); no value is spliced into SQL.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, fields
+from functools import lru_cache
+
+__all__ = [
+    "LATEST_VERSION",
+    "MIGRATIONS",
+    "STATEMENTS",
+    "VERSION_TABLE",
+    "Statements",
+    "in_list",
+    "insert_events",
+    "list_statement",
+    "snapshot_read",
+    "migration_lock_name",
+]
+
+# Each migration is a list of DDL statements, applied in order under the migration lock
+# (MySQL commits DDL implicitly, so each is idempotent: IF NOT EXISTS). Never edit a
+# released migration: append a new one.
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: (
+        """
+        CREATE TABLE IF NOT EXISTS agentsessions_sessions (
+            namespace      VARBINARY(192) NOT NULL,
+            session_id     VARBINARY(1020) NOT NULL,
+            user_id        VARBINARY(1020) NULL,
+            state          LONGBLOB NOT NULL,
+            version        BIGINT NOT NULL,
+            event_count    INT NOT NULL,
+            first_position INT NOT NULL DEFAULT 0,
+            created_at     BIGINT NOT NULL,
+            updated_at     BIGINT NOT NULL,
+            expires_at     BIGINT NULL,
+            save_tokens    VARBINARY(1024) NOT NULL DEFAULT '',
+            lineage        VARBINARY(64) NOT NULL DEFAULT '',
+            PRIMARY KEY (namespace, session_id),
+            KEY agentsessions_sessions_by_created (namespace, created_at, session_id),
+            KEY agentsessions_sessions_by_user (namespace, user_id, created_at, session_id),
+            KEY agentsessions_sessions_by_expiry (namespace, expires_at)
+        ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4
+        """,
+        """
+        CREATE TABLE IF NOT EXISTS agentsessions_events (
+            namespace   VARBINARY(192) NOT NULL,
+            session_id  VARBINARY(1020) NOT NULL,
+            position    INT NOT NULL,
+            data        LONGBLOB NOT NULL,
+            PRIMARY KEY (namespace, session_id, position)
+        ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4
+        """,
+        """
+        CREATE TABLE IF NOT EXISTS agentsessions_archive (
+            namespace   VARBINARY(192) NOT NULL,
+            session_id  VARBINARY(1020) NOT NULL,
+            version     BIGINT NOT NULL,
+            position    INT NOT NULL,
+            data        LONGBLOB NOT NULL,
+            PRIMARY KEY (namespace, session_id, version, position)
+        ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4
+        """,
+    ),
+}
+LATEST_VERSION = max(MIGRATIONS)
+
+VERSION_TABLE = """
+CREATE TABLE IF NOT EXISTS agentsessions_schema_version (
+    version    INT NOT NULL PRIMARY KEY,
+    applied_at BIGINT NOT NULL
+) ENGINE=InnoDB
+"""
+
+
+def migration_lock_name(database: str) -> str:
+    """The ``GET_LOCK`` name that serialises migrations of *database* across processes.
+
+    Lock names are global to the server and at most 64 characters, hence a digest.
+    """
+    digest = hashlib.blake2b(database.encode(), digest_size=16).hexdigest()
+    return f"agentsessions_mysql:{digest}"
+
+
+_LIVE = "namespace = %s AND session_id = %s AND (expires_at IS NULL OR expires_at > %s)"
+
+
+@dataclass(frozen=True)
+class Statements:
+    """Every statement the manager sends (``%s`` placeholders, asyncmy's paramstyle)."""
+
+    current_version: str = "SELECT max(version) FROM agentsessions_schema_version"
+    schema_exists: str = (
+        "SELECT count(*) FROM information_schema.tables "
+        "WHERE table_schema = DATABASE() AND table_name = 'agentsessions_schema_version'"
+    )
+    record_version: str = (
+        "INSERT IGNORE INTO agentsessions_schema_version (version, applied_at) VALUES (%s, %s)"
+    )
+
+    # -- create: ns, id, user, state, version, created, updated, expires, count, lineage --
+    insert_session: str = """
+        INSERT INTO agentsessions_sessions (namespace, session_id, user_id, state, version,
+            created_at, updated_at, expires_at, event_count, lineage)
+        VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+    """
+    # ns, id: the row, locked, as a save, compaction or replacement reads it.
+    lock_session: str = """
+        SELECT version, lineage, expires_at, first_position, save_tokens
+        FROM agentsessions_sessions WHERE namespace = %s AND session_id = %s FOR UPDATE
+    """
+    # user, state, version, created, updated, expires, count, lineage, ns, id
+    replace_session: str = """
+        UPDATE agentsessions_sessions
+        SET user_id = %s, state = %s, version = %s, created_at = %s, updated_at = %s,
+            expires_at = %s, event_count = %s, lineage = %s, first_position = 0,
+            save_tokens = ''
+        WHERE namespace = %s AND session_id = %s
+    """
+    delete_events: str = "DELETE FROM agentsessions_events WHERE namespace = %s AND session_id = %s"
+    delete_archive: str = (
+        "DELETE FROM agentsessions_archive WHERE namespace = %s AND session_id = %s"
+    )
+
+    # -- save: state, version, updated, expires, count, tokens, lineage, ns, id --
+    update_saved: str = """
+        UPDATE agentsessions_sessions
+        SET state = %s, version = %s, updated_at = %s, expires_at = %s, event_count = %s,
+            save_tokens = %s, lineage = %s
+        WHERE namespace = %s AND session_id = %s
+    """
+    # ns, id, first stored position to delete
+    delete_events_from: str = """
+        DELETE FROM agentsessions_events
+        WHERE namespace = %s AND session_id = %s AND position >= %s
+    """
+    # -- compaction: version, updated, expires, count, tokens, first position, lineage --
+    update_compacted: str = """
+        UPDATE agentsessions_sessions
+        SET version = %s, updated_at = %s, expires_at = %s, event_count = %s,
+            save_tokens = %s, first_position = %s, lineage = %s
+        WHERE namespace = %s AND session_id = %s
+    """
+    # ns, id, end (exclusive) of the replaced stored positions
+    delete_events_below: str = """
+        DELETE FROM agentsessions_events
+        WHERE namespace = %s AND session_id = %s AND position < %s
+    """
+    # version, first stored position (logical 0), ns, id, end of the replaced positions
+    archive_events: str = """
+        INSERT INTO agentsessions_archive (namespace, session_id, version, position, data)
+        SELECT namespace, session_id, %s, position - %s, data FROM agentsessions_events
+        WHERE namespace = %s AND session_id = %s AND position < %s
+    """
+    # ns, id, now
+    load_archive: str = """
+        SELECT a.data FROM agentsessions_archive a
+        WHERE a.namespace = %s AND a.session_id = %s AND EXISTS (
+            SELECT 1 FROM agentsessions_sessions WHERE {_LIVE})
+        ORDER BY a.version, a.position
+    """
+
+    # -- load: one read-only transaction with a consistent snapshot, sent as ONE
+    # multi-statement packet (one round trip): the record, then its events. Two plain
+    # selects, not one UNION ALL: MariaDB sorts a union through a temporary table.
+    # ns, id, now
+    load_record: str = """
+        SELECT session_id, user_id, state, version, created_at, updated_at, expires_at,
+               event_count, lineage
+        FROM agentsessions_sessions WHERE {_LIVE}
+    """
+    # ns, id
+    events_all: str = """
+        SELECT data FROM agentsessions_events
+        WHERE namespace = %s AND session_id = %s ORDER BY position
+    """
+    # ns, id, last_events: newest first (reversed by the caller), a backward index scan
+    events_last: str = """
+        SELECT data FROM agentsessions_events
+        WHERE namespace = %s AND session_id = %s ORDER BY position DESC LIMIT %s
+    """
+    # lineage, count, count, ns, id: the events after the caller's copy while the
+    # lineage is unchanged, else all of them (SessionManager._load_since).
+    events_since: str = """
+        SELECT e.data
+        FROM agentsessions_sessions s JOIN agentsessions_events e
+          ON e.namespace = s.namespace AND e.session_id = s.session_id
+         AND e.position >= s.first_position
+             + CASE WHEN s.lineage = %s AND s.event_count >= %s THEN %s ELSE 0 END
+        WHERE s.namespace = %s AND s.session_id = %s
+        ORDER BY e.position
+    """
+
+    # -- delete: ns, id, now / ns, user, now --
+    session_liveness: str = """
+        SELECT expires_at IS NULL OR expires_at > %s
+        FROM agentsessions_sessions WHERE namespace = %s AND session_id = %s FOR UPDATE
+    """
+    delete_session: str = (
+        "DELETE FROM agentsessions_sessions WHERE namespace = %s AND session_id = %s"
+    )
+    user_sessions: str = """
+        SELECT session_id, expires_at IS NULL OR expires_at > %s
+        FROM agentsessions_sessions WHERE namespace = %s AND user_id = %s FOR UPDATE
+    """
+    # ns, now, batch
+    purge_batch: str = """
+        SELECT session_id FROM agentsessions_sessions
+        WHERE namespace = %s AND expires_at <= %s
+        LIMIT %s FOR UPDATE SKIP LOCKED
+    """
+
+
+def _filled() -> Statements:
+    """The statements with the shared fragments in place of their ``{...}`` marks."""
+    marks = {
+        "{_LIVE}": _LIVE,
+    }
+    filled = {}
+    for field in fields(Statements):
+        text = getattr(Statements, field.name)
+        for mark, fragment in marks.items():
+            text = text.replace(mark, fragment)
+        filled[field.name] = text
+    return Statements(**filled)
+
+
+STATEMENTS = _filled()
+
+
+def snapshot_read(*statements: str) -> str:
+    """*statements* in one read-only transaction with one snapshot, as one packet."""
+    body = "; ".join(statement.strip() for statement in statements)
+    return f"START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY; {body}; COMMIT"
+
+
+def in_list(table: str, count: int) -> str:
+    """``DELETE FROM table WHERE namespace = %s AND session_id IN (%s, ...)``."""
+    marks = ", ".join(["%s"] * count)
+    sql = "DELETE FROM {table} WHERE namespace = %s AND session_id IN ({marks})"
+    return sql.replace("{table}", table).replace("{marks}", marks)
+
+
+@lru_cache(maxsize=64)
+def insert_events(count: int) -> str:
+    """A multi-row insert of *count* events: ns, id, position, data per row."""
+    rows = ", ".join(["(%s, %s, %s, %s)"] * count)
+    sql = "INSERT INTO agentsessions_events (namespace, session_id, position, data) VALUES {rows}"
+    return sql.replace("{rows}", rows)
+
+
+@lru_cache(maxsize=16)
+def list_statement(*, by_user: bool, paged: bool) -> str:
+    """A listing page, newest first, in index order (keyset pagination).
+
+    Parameters: ns, now [, user] [, cursor created_at twice and session_id], limit.
+    The row comparison is spelt out: MySQL does not use an index for ``(a, b) < (x, y)``.
+    """
+    where = ["namespace = %s", "(expires_at IS NULL OR expires_at > %s)"]
+    if by_user:
+        where.append("user_id = %s")
+    if paged:
+        where.append("(created_at < %s OR (created_at = %s AND session_id < %s))")
+    return (
+        "SELECT session_id, user_id, created_at, updated_at, event_count, version "
+        "FROM agentsessions_sessions WHERE "
+        + " AND ".join(where)
+        + " ORDER BY created_at DESC, session_id DESC LIMIT %s"
+    )

@@ -1,0 +1,201 @@
+"""MySQL/MariaDB specifics the kit cannot see: driver errors, server-side kills on
+cancellation, migrations under GET_LOCK, and the layout."""
+
+from __future__ import annotations
+
+import asyncio
+
+import asyncmy
+import pytest
+from agentsessions import (
+    BackendAuthenticationError,
+    BackendReadOnlyError,
+    BackendTimeoutError,
+    BackendUnavailableError,
+    DatabaseNotFoundError,
+    Session,
+    connect,
+)
+from agentsessions_mysql import MySQLSessionManager
+from agentsessions_mysql import _manager as manager_module
+from agentsessions_mysql._options import connect_arguments
+from agentsessions_mysql._schema import LATEST_VERSION
+from asyncmy.errors import OperationalError
+
+pytestmark = pytest.mark.mysql
+
+
+async def _rows(url: str, sql: str, *args: object) -> list[tuple[object, ...]]:
+    connection = await asyncmy.connect(**connect_arguments(url), autocommit=True)
+    try:
+        async with connection.cursor() as cursor:
+            await cursor.execute(sql, args or None)
+            return list(await cursor.fetchall())
+    finally:
+        connection.close()
+
+
+async def test_wrong_password_is_an_authentication_error_without_the_password(
+    mysql_url: str,
+) -> None:
+    args = connect_arguments(mysql_url)
+    url = f"mysql://nosuchuser_as:s3cr3tpw@{args['host']}:{args['port']}/{args['db']}"
+    manager = connect(url, timeout=5)
+    with pytest.raises(BackendAuthenticationError) as caught:
+        await manager.get("x")
+    await manager.close()
+    assert "s3cr3tpw" not in str(caught.value)
+
+
+async def test_unknown_database_is_database_not_found(mysql_url: str) -> None:
+    base = mysql_url.partition("?")[0].rpartition("/")[0]
+    manager = connect(f"{base}/agentsessions_mysql_absent_db", timeout=5)
+    with pytest.raises(DatabaseNotFoundError):
+        await manager.get("x")
+    await manager.close()
+
+
+async def test_a_statement_past_the_deadline_is_killed_on_the_server(
+    fresh_database_url: str,
+) -> None:
+    manager = connect(fresh_database_url, timeout=0.5)
+    assert isinstance(manager, MySQLSessionManager)
+    async with manager:
+        await manager.get("warm")  # the pool and the schema are up
+        thread_ids: list[int] = []
+
+        async def sleeper(session_id: str, last_events: object, now: object) -> None:
+            async with manager._connection() as connection:
+                thread_ids.append(connection.thread_id())
+                async with connection.cursor() as cursor:
+                    await cursor.execute("SELECT SLEEP(30)")
+
+        manager._load = sleeper  # type: ignore[assignment,method-assign]
+        with pytest.raises(BackendTimeoutError):
+            await manager.get("slow")
+        del manager._load
+        (thread_id,) = thread_ids
+        for _ in range(50):  # bounded: 5 s at most for the background KILL
+            running = await _rows(
+                fresh_database_url,
+                "SELECT ID FROM information_schema.PROCESSLIST WHERE ID = %s",
+                thread_id,
+            )
+            if not running:
+                break
+            await asyncio.sleep(0.1)
+        assert running == [], "the cancelled statement is still running on the server"
+        # The manager goes on working after the abandoned connection.
+        assert await manager.get("slow") is None
+
+
+async def test_concurrent_managers_migrate_exactly_once(fresh_database_url: str) -> None:
+    managers = [connect(fresh_database_url) for _ in range(5)]
+    try:
+        await asyncio.gather(*(manager.open() for manager in managers))
+        versions = await _rows(
+            fresh_database_url, "SELECT version FROM agentsessions_schema_version"
+        )
+        assert versions == [(version,) for version in range(1, LATEST_VERSION + 1)]
+        session = await managers[0].create("shared")
+        session.add_event("user", "hi")
+        await managers[1].save(session)
+        loaded = await managers[4].get("shared")
+        assert loaded is not None and loaded.events[0].content == "hi"
+    finally:
+        await asyncio.gather(*(manager.close() for manager in managers))
+
+
+async def test_a_newer_schema_is_refused(fresh_database_url: str) -> None:
+    async with connect(fresh_database_url) as manager:
+        await manager.get("x")
+    await _rows(
+        fresh_database_url,
+        "INSERT INTO agentsessions_schema_version VALUES (%s, 0)",
+        LATEST_VERSION + 1,
+    )
+    manager = connect(fresh_database_url)
+    with pytest.raises(BackendUnavailableError, match=r"newer|upgrade"):
+        await manager.get("x")
+    await manager.close()
+
+
+async def test_tables_are_innodb_utf8mb4_with_binary_ids(fresh_database_url: str) -> None:
+    async with connect(fresh_database_url) as manager:
+        await manager.create("a")
+        await manager.create("a ")  # distinct ids: no PAD SPACE comparison
+        assert {s.session_id for s in (await manager.list_sessions()).items} == {"a", "a "}
+    engines = await _rows(
+        fresh_database_url,
+        "SELECT table_name, engine, table_collation FROM information_schema.tables "
+        "WHERE table_schema = DATABASE() AND table_name LIKE 'agentsessions%%'",
+    )
+    assert len(engines) == 4
+    for _name, engine, collation in engines:
+        assert engine == "InnoDB"
+        assert str(collation).startswith("utf8mb4")
+    stored = await _rows(
+        fresh_database_url,
+        "SELECT created_at FROM agentsessions_sessions WHERE session_id = %s",
+        b"a",
+    )
+    assert isinstance(stored[0][0], int)  # exact microseconds since the epoch
+
+
+async def test_concurrent_restores_of_new_ids_all_land(database_url: str) -> None:
+    """Many restores at once (as ``agentsessions copy`` sends them) neither deadlock nor
+    fail: the row is inserted before anything is read, so no gap locks are taken."""
+    async with connect(database_url, max_pool_size=20) as manager:
+        sessions = []
+        for index in range(100):
+            session = Session(session_id=f"r{index:03d}", user_id="u", version=3)
+            session.add_event("user", f"hello {index}")
+            sessions.append(session)
+        await asyncio.gather(*(manager.restore(session) for session in sessions))
+        page = await manager.list_sessions(user_id="u", limit=1000)
+        assert len(page.items) == 100
+        stored = await manager.get("r042")
+        assert stored is not None and stored.version == 3
+        assert [event.content for event in stored.events] == ["hello 42"]
+
+
+@pytest.mark.parametrize(
+    ("code", "kind"),
+    [
+        (1045, BackendAuthenticationError),
+        (1049, DatabaseNotFoundError),
+        (1290, BackendReadOnlyError),  # --read-only server
+        (1792, BackendReadOnlyError),  # read-only transaction
+        (1969, BackendTimeoutError),  # MariaDB max_statement_time
+        (2013, BackendUnavailableError),  # lost connection
+    ],
+)
+def test_server_error_codes_map_to_our_errors(
+    code: int, kind: type[BackendUnavailableError]
+) -> None:
+    manager = connect("mysql://app:pw1234@127.0.0.1:3306/db")
+    error = manager._translate(OperationalError(code, "the server's message"))
+    assert type(error) is kind
+    assert "pw1234" not in str(error)
+
+
+async def test_a_server_packet_limit_below_the_need_is_refused_at_open(
+    fresh_database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(manager_module, "MIN_PACKET", 2**40)
+    manager = connect(fresh_database_url)
+    with pytest.raises(BackendUnavailableError, match="max_allowed_packet"):
+        await manager.open()
+    await manager.close()
+
+
+async def test_connections_read_at_repeatable_read(database_url: str) -> None:
+    """A load's two selects share one snapshot only under REPEATABLE READ: every
+    connection sets it, whatever the server's default."""
+    manager = connect(database_url)
+    assert isinstance(manager, MySQLSessionManager)
+    async with manager, manager._connection() as connection:
+        async with connection.cursor() as cursor:
+            await cursor.execute("SELECT @@SESSION.tx_isolation")
+            (level,) = await cursor.fetchone()
+        assert level == "REPEATABLE-READ"
