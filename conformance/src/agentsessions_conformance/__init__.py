@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._clock import FrozenClock
 from ._inventory import Inventory, memory_inventory, sqlite_inventory
+from ._plugins import INVENTORY_GROUP, InventoryHook, find_inventory, hookimpl
 from ._state import BackendInfo, ClauseResult
 from ._version import __version__
 
@@ -37,10 +38,14 @@ __all__ = [
     "BackendInfo",
     "ClauseResult",
     "ConformanceRun",
+    "INVENTORY_GROUP",
     "FrozenClock",
     "Inventory",
+    "InventoryHook",
     "SessionManagerTests",
     "__version__",
+    "find_inventory",
+    "hookimpl",
     "memory_inventory",
     "run",
     "sqlite_inventory",
