@@ -10,6 +10,7 @@ that every one fails, and that the unbroken backends pass them all.
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
@@ -1242,6 +1243,37 @@ class SQLiteCompactLeavesRowsManager(_SQLiteBroken, Broken):
 
     async def _compact(self, request: CompactRequest, now: datetime) -> None:
         await self._write(_compact_keeping_rows, request, to_micros(now))
+
+
+# -- lost replies ------------------------------------------------------------------------
+
+_TOKEN_CLAUSES = frozenset(
+    {
+        "test_lost_reply_save_retry_lands_exactly_once",
+        "test_lost_reply_update_applies_fn_once",
+        "test_lost_replies_one_after_another_each_land_once",
+    }
+)
+
+
+class TokenIgnoringSaveManager(MemorySessionManager, Broken):
+    """save() never recognises its own token: each request is stored under a token of its
+    own making, so the retry of a save whose reply was lost looks like a stranger's."""
+
+    caught_by = _TOKEN_CLAUSES
+
+    async def _save(self, request: SaveRequest, now: datetime) -> None:
+        await super()._save(replace(request, token=os.urandom(16).hex()), now)
+
+
+class SQLiteTokenIgnoringSaveManager(_SQLiteBroken, Broken):
+    """SQLite's save stores a fresh token instead of the request's (the check after a
+    failed version check then never finds the save that landed)."""
+
+    caught_by = _TOKEN_CLAUSES
+
+    async def _save(self, request: SaveRequest, now: datetime) -> None:
+        await super()._save(replace(request, token=os.urandom(16).hex()), now)
 
 
 def _broken_classes() -> dict[str, type[SessionManager]]:

@@ -21,6 +21,7 @@ from ._tests_isolation import IsolationTests
 from ._tests_lifecycle import LifecycleTests
 from ._tests_listing import ListingTests
 from ._tests_loops import LoopTests
+from ._tests_lost_replies import LostReplyTests
 from ._tests_misuse import MisuseFuzzTests, MisuseTests
 from ._tests_model import ModelTests
 from ._tests_refresh import RefreshTests
@@ -28,6 +29,7 @@ from ._tests_restore import RestoreTests
 from ._tests_save import SaveTests
 from ._tests_ttl import TtlTests
 from ._tests_update import UpdateTests
+from ._tests_wire import WireFaultTests
 
 __all__ = ["SessionManagerTests"]
 
@@ -45,6 +47,8 @@ class SessionManagerTests(
     TtlTests,
     IsolationTests,
     ConcurrencyTests,
+    WireFaultTests,
+    LostReplyTests,
     CompactionTests,
     RestoreTests,
     ListingTests,
