@@ -9,6 +9,7 @@ declare the capability absent, which shows as a skip. Every call here has a shor
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -52,7 +53,11 @@ def _target(manager: SessionManager) -> tuple[str, int, str] | str:
         return "the URL names no host:port (a file, socket or in-process engine)"
     userinfo = parts.netloc.rpartition("@")[0]
     netloc = (userinfo + "@" if userinfo else "") + "{proxy}"
-    return host, port, urlunsplit(parts._replace(netloc=netloc))
+    query = parts.query
+    if scheme == "mongodb" and "directconnection" not in query.lower():
+        # Else the driver follows the address the server announces, around the proxy.
+        query = f"{query}&directConnection=true" if query else "directConnection=true"
+    return host, port, urlunsplit(parts._replace(netloc=netloc, query=query))
 
 
 class WireFaultTests(SuiteBase):
@@ -82,7 +87,7 @@ class WireFaultTests(SuiteBase):
             if url is None:
                 pytest.skip("no fault proxy for this backend: proxied_url() returned None")
             merged = {**manager.options.model_dump(exclude_unset=True), **changes}
-            merged.setdefault("timeout", WIRE_TIMEOUT)
+            merged["timeout"] = changes.get("timeout", WIRE_TIMEOUT)
             other = type(manager)(url, manager.parse_options(merged))
             other.clock = manager.clock
             other.encryption = manager.encryption
@@ -90,14 +95,14 @@ class WireFaultTests(SuiteBase):
                 yield proxy, other
             finally:
                 proxy.mode = ProxyMode.PASS
-                await _bounded(other.close(), 10)
+                await _bounded(other.close(), 10, "close() after the faults")
 
     async def _expect_failure(
         self, what: str, call: Any, kind: type[BaseException], deadline: float
     ) -> BaseException:
         started = time.monotonic()
         with pytest.raises(kind) as caught:
-            await _bounded(call, deadline + 10)
+            await _bounded(call, deadline + 10, what)
         took = time.monotonic() - started
         assert took <= deadline + SLACK, (
             f"{what} raised {type(caught.value).__name__} only after {took:.1f} s; "
@@ -133,7 +138,9 @@ class WireFaultTests(SuiteBase):
                     f"{name}() against a frozen server", call(), BackendTimeoutError, WIRE_TIMEOUT
                 )
             proxy.mode = ProxyMode.PASS
-            stored = await _bounded(wired.get(session_id), WIRE_TIMEOUT + 10)
+            stored = await _bounded(
+                wired.get(session_id), WIRE_TIMEOUT + 10, "get() once traffic flowed again"
+            )
             assert stored is not None, "the manager did not recover once the server answered"
             fresh = await wired.get(session_id)
             assert fresh is not None
@@ -200,10 +207,8 @@ class WireFaultTests(SuiteBase):
             )
 
 
-async def _bounded(awaitable: Any, seconds: float) -> Any:
-    import asyncio
-
+async def _bounded(awaitable: Any, seconds: float, what: str = "a call") -> Any:
     try:
         return await asyncio.wait_for(awaitable, seconds)
     except asyncio.TimeoutError:
-        pytest.fail(f"a call did not return within {seconds:g} s: it hangs", pytrace=False)
+        pytest.fail(f"{what} did not return within {seconds:g} s: it hangs", pytrace=False)
