@@ -13,6 +13,7 @@ from ._tests_concurrency import ConcurrencyTests
 from ._tests_create import CreateTests
 from ._tests_delete import DeleteTests
 from ._tests_erasure import ErasureTests
+from ._tests_errors import ErrorMappingTests
 from ._tests_fidelity import FidelityTests
 from ._tests_get import GetTests
 from ._tests_ids import IdTests
@@ -47,6 +48,7 @@ class SessionManagerTests(
     TtlTests,
     IsolationTests,
     ConcurrencyTests,
+    ErrorMappingTests,
     WireFaultTests,
     LostReplyTests,
     CompactionTests,
