@@ -1276,6 +1276,33 @@ class SQLiteTokenIgnoringSaveManager(_SQLiteBroken, Broken):
         await super()._save(replace(request, token=os.urandom(16).hex()), now)
 
 
+# -- erasure racing writes ----------------------------------------------------------------
+
+
+class DeleteUserSkipsBusyManager(MemorySessionManager, Broken):
+    """delete_user() lists the user's sessions, then deletes each one only if no save moved
+    its version meanwhile (the analogue of skipping rows a concurrent save holds locked)."""
+
+    caught_by = frozenset({"test_delete_user_racing_saves_erases_every_session"})
+
+    async def _delete_user(self, user_id: str, now: datetime) -> int:
+        with self._store.lock:
+            listed = [
+                (sid, stored.record.version)
+                for sid, stored in self._space.items()
+                if stored.record.user_id == user_id
+            ]
+        deleted = 0
+        for sid, version in listed:
+            await asyncio.sleep(0.002)  # one statement per session, as a batched delete does
+            with self._store.lock:
+                stored = _live(self._space.get(sid), now)
+                if stored is not None and stored.record.version == version:
+                    del self._space[sid]
+                    deleted += 1
+        return deleted
+
+
 def _broken_classes() -> dict[str, type[SessionManager]]:
     found: dict[str, type[SessionManager]] = {}
     for name, value in list(globals().items()):

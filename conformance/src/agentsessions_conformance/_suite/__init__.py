@@ -13,6 +13,7 @@ from ._tests_concurrency import ConcurrencyTests
 from ._tests_create import CreateTests
 from ._tests_delete import DeleteTests
 from ._tests_erasure import ErasureTests
+from ._tests_erasure_races import ErasureRaceTests
 from ._tests_errors import ErrorMappingTests
 from ._tests_fidelity import FidelityTests
 from ._tests_get import GetTests
@@ -54,6 +55,7 @@ class SessionManagerTests(
     CompactionTests,
     RestoreTests,
     ListingTests,
+    ErasureRaceTests,
     ErasureTests,
     DeleteTests,
     RefreshTests,
