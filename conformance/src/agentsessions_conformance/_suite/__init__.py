@@ -17,6 +17,7 @@ from ._tests_erasure_races import ErasureRaceTests
 from ._tests_errors import ErrorMappingTests
 from ._tests_fidelity import FidelityTests
 from ._tests_get import GetTests
+from ._tests_history import HistoryTests
 from ._tests_ids import IdTests
 from ._tests_input import InputTests
 from ._tests_isolation import IsolationTests
@@ -49,6 +50,7 @@ class SessionManagerTests(
     TtlTests,
     IsolationTests,
     ConcurrencyTests,
+    HistoryTests,
     ErrorMappingTests,
     WireFaultTests,
     LostReplyTests,

@@ -28,7 +28,7 @@ from .._proxy import FaultProxy, ProxyMode
 from ._base import SuiteBase
 
 #: The deadline of the managers that talk through the proxy, in seconds.
-WIRE_TIMEOUT = 1.5
+WIRE_TIMEOUT = 1.0
 #: What a call may take beyond its deadline before the kit calls it hung.
 SLACK = 1.0
 
