@@ -46,7 +46,7 @@ class ErrorMappingTests(SuiteBase):
         parts = urlsplit(manager._url)
         name = parts.path.strip("/")
         scheme = parts.scheme.lower()
-        if not parts.hostname or not name or "/" in name or name.isdigit():
+        if "," in parts.netloc or not parts.hostname or not name or "/" in name or name.isdigit():
             return None
         if scheme.startswith("mongodb"):
             return None  # MongoDB makes a database on its first write
