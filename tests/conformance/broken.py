@@ -10,6 +10,7 @@ that every one fails, and that the unbroken backends pass them all.
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
@@ -1354,6 +1355,65 @@ class ListForksTakesDescendantsManager(MemorySessionManager, Broken):
     ) -> list[SessionSummary]:
         listed = await self._list(user_id, 10_000, after, now)
         return [s for s in listed if s.forked_from is not None][:limit]
+
+
+# -- lost replies ------------------------------------------------------------------------
+
+_TOKEN_CLAUSES = frozenset(
+    {
+        "test_lost_reply_save_retry_lands_exactly_once",
+        "test_lost_reply_update_applies_fn_once",
+        "test_lost_replies_one_after_another_each_land_once",
+        "test_list_append_history_has_no_anomaly",
+    }
+)
+
+
+class TokenIgnoringSaveManager(MemorySessionManager, Broken):
+    """save() never recognises its own token: each request is stored under a token of its
+    own making, so the retry of a save whose reply was lost looks like a stranger's."""
+
+    caught_by = _TOKEN_CLAUSES
+
+    async def _save(self, request: SaveRequest, now: datetime) -> None:
+        await super()._save(replace(request, token=os.urandom(16).hex()), now)
+
+
+class SQLiteTokenIgnoringSaveManager(_SQLiteBroken, Broken):
+    """SQLite's save stores a fresh token instead of the request's (the check after a
+    failed version check then never finds the save that landed)."""
+
+    caught_by = _TOKEN_CLAUSES
+
+    async def _save(self, request: SaveRequest, now: datetime) -> None:
+        await super()._save(replace(request, token=os.urandom(16).hex()), now)
+
+
+# -- erasure racing writes ----------------------------------------------------------------
+
+
+class DeleteUserSkipsBusyManager(MemorySessionManager, Broken):
+    """delete_user() lists the user's sessions, then deletes each one only if no save moved
+    its version meanwhile (the analogue of skipping rows a concurrent save holds locked)."""
+
+    caught_by = frozenset({"test_delete_user_racing_saves_erases_every_session"})
+
+    async def _delete_user(self, user_id: str, now: datetime) -> int:
+        with self._store.lock:
+            listed = [
+                (sid, stored.record.version)
+                for sid, stored in self._space.items()
+                if stored.record.user_id == user_id
+            ]
+        deleted = 0
+        for sid, version in listed:
+            await asyncio.sleep(0.002)  # one statement per session, as a batched delete does
+            with self._store.lock:
+                stored = _live(self._space.get(sid), now)
+                if stored is not None and stored.record.version == version:
+                    del self._space[sid]
+                    deleted += 1
+        return deleted
 
 
 def _broken_classes() -> dict[str, type[SessionManager]]:

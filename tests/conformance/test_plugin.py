@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
-from conformance._run import run_pytest
+from conformance._run import (
+    STORAGE_CLAUSES,
+    TESTS_DIR,
+    assert_url_mode_green,
+    run_pytest,
+    run_url_mode,
+)
 
 UNRELATED = """
 def test_unrelated():
@@ -34,18 +41,20 @@ class TestBroken(SessionManagerTests):
         return memory_inventory(manager, session_id)
 """
 
+# A backend no installed distribution registers an inventory for, and no hook.
 NO_INVENTORY = """
 import uuid
 
 import pytest_asyncio
-from agentsessions import MemorySessionManager
 from agentsessions_conformance import SessionManagerTests
+
+from conformance.thirdparty import OpaqueManager
 
 
 class TestNoHook(SessionManagerTests):
     @pytest_asyncio.fixture
     async def manager(self):
-        async with MemorySessionManager(f"memory://n-{uuid.uuid4().hex}") as manager:
+        async with OpaqueManager(f"opaque://n-{uuid.uuid4().hex}") as manager:
             yield manager
 """
 
@@ -98,10 +107,25 @@ def test_url_mode_runs_whole_suite_on_memory(tmp_path: Path) -> None:
     assert run.returncode == 0, run.output[-3000:]
     assert "test_unrelated" not in run.output
     assert run.report is not None
-    # Skipped for capabilities memory lacks: persistence and an event size limit.
-    assert run.report["summary"] == {"passed": len(run.report["clauses"]) - 2, "skipped": 2}
+    # Skipped for what memory lacks: persistence, an event size limit, a network (the
+    # wire faults), a password and a database in its URL (the error mapping).
+    wire = {
+        "test_wire_frozen_server_times_out_then_recovers",
+        "test_wire_reset_is_backend_unavailable_then_recovers",
+        "test_wire_lost_reply_save_retry_lands_exactly_once",
+        "test_wire_refused_connection_is_backend_unavailable",
+    }
+    errors = {
+        "test_wrong_password_is_backend_authentication_error",
+        "test_missing_database_is_database_not_found",
+    }
+    expected = {"test_persistent_data_survives_reconnect", "test_event_size_limit_is_exact"}
+    assert run.report["summary"] == {
+        "passed": len(run.report["clauses"]) - len(expected | wire | errors),
+        "skipped": len(expected | wire | errors),
+    }
     skipped = {c["test"] for c in run.report["clauses"] if c["outcome"] == "skipped"}
-    assert skipped == {"test_persistent_data_survives_reconnect", "test_event_size_limit_is_exact"}
+    assert skipped == expected | wire | errors
     assert len(run.report["clauses"]) > 100
     header = [
         line for line in run.output.splitlines() if line.startswith("agentsessions conformance:")
@@ -199,6 +223,45 @@ def test_a_suite_without_the_storage_hook_fails_the_storage_clauses(tmp_path: Pa
     storage = outcomes["test_delete_removes_events"]
     assert storage["outcome"] == "failed"
     assert "does not implement raw_inventory" in storage["message"]
+    assert (
+        "no installed distribution registers an inventory for OpaqueManager" in (storage["message"])
+    )
+
+
+def test_a_subclass_without_the_hook_uses_the_registered_inventory(tmp_path: Path) -> None:
+    # The same suite on the memory backend, whose inventory the kit registers itself.
+    module = NO_INVENTORY.replace(
+        "from conformance.thirdparty import OpaqueManager",
+        "from agentsessions import MemorySessionManager as OpaqueManager",
+    ).replace("opaque://", "memory://")
+    run = run_pytest(tmp_path, "-k", "delete_removes_events or returns_none", module=module)
+    assert run.returncode == 0, run.output[-3000:]
+
+
+def _third_party(tmp_path: Path, *, inventory: bool) -> dict[str, str]:
+    from conformance.thirdparty import write_distribution
+
+    site = tmp_path / "site"
+    write_distribution(site, inventory=inventory)
+    return {"PYTHONPATH": os.pathsep.join([str(TESTS_DIR), str(site)])}
+
+
+def test_url_mode_finds_a_third_party_inventory_registered_by_entry_point(
+    tmp_path: Path,
+) -> None:
+    env = _third_party(tmp_path, inventory=True)
+    run = run_url_mode(tmp_path, "opaque://kit-third-party", STORAGE_CLAUSES, env=env)
+    assert_url_mode_green(run, least=8)
+
+
+def test_url_mode_without_a_registered_inventory_fails_the_storage_clauses(
+    tmp_path: Path,
+) -> None:
+    env = _third_party(tmp_path, inventory=False)
+    run = run_url_mode(tmp_path, "opaque://kit-third-party", STORAGE_CLAUSES, env=env)
+    assert run.returncode == 1
+    assert "test_delete_removes_events" in run.failing()
+    assert "no installed distribution registers an inventory" in run.output + json.dumps(run.report)
 
 
 def test_a_hanging_backend_fails_within_the_time_limit(tmp_path: Path) -> None:

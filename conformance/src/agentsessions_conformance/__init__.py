@@ -14,7 +14,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ._clock import FrozenClock
+from ._faults import WRITE_HOOKS, LostReplies, lost_replies
 from ._inventory import Inventory, memory_inventory, sqlite_inventory
+from ._plugins import INVENTORY_GROUP, InventoryHook, find_inventory, hookimpl
+from ._proxy import FaultProxy, ProxyMode
 from ._state import BackendInfo, ClauseResult
 from ._version import __version__
 
@@ -37,10 +40,19 @@ __all__ = [
     "BackendInfo",
     "ClauseResult",
     "ConformanceRun",
+    "FaultProxy",
+    "INVENTORY_GROUP",
     "FrozenClock",
     "Inventory",
+    "InventoryHook",
+    "LostReplies",
+    "ProxyMode",
     "SessionManagerTests",
+    "WRITE_HOOKS",
     "__version__",
+    "find_inventory",
+    "hookimpl",
+    "lost_replies",
     "memory_inventory",
     "run",
     "sqlite_inventory",

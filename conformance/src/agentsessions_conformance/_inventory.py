@@ -10,7 +10,7 @@ if TYPE_CHECKING:
 
     from agentsessions import SessionManager
 
-__all__ = ["Inventory", "memory_inventory", "sqlite_inventory", "url_mode_inventory"]
+__all__ = ["Inventory", "memory_inventory", "sqlite_inventory"]
 
 
 @dataclass(frozen=True)
@@ -88,15 +88,3 @@ async def sqlite_inventory(manager: SessionManager, session_id: str) -> Inventor
     writer: Any = manager._writer
     result: Inventory = await writer.call(_sqlite_rows, manager.options.namespace, session_id)
     return result
-
-
-async def url_mode_inventory(manager: SessionManager, session_id: str) -> Inventory | None:
-    """The inventory URL mode can take without adopter code: memory and SQLite; else None."""
-    from agentsessions import MemorySessionManager
-
-    if isinstance(manager, MemorySessionManager):
-        return memory_inventory(manager, session_id)
-    # By module name: importing the SQLite backend here must not be needed to run the kit.
-    if any(kind.__module__.startswith("agentsessions_sqlite") for kind in type(manager).__mro__):
-        return await sqlite_inventory(manager, session_id)
-    return None

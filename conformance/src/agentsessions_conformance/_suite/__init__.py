@@ -14,14 +14,18 @@ from ._tests_concurrency import ConcurrencyTests
 from ._tests_create import CreateTests
 from ._tests_delete import DeleteTests
 from ._tests_erasure import ErasureTests
+from ._tests_erasure_races import ErasureRaceTests
+from ._tests_errors import ErrorMappingTests
 from ._tests_fidelity import FidelityTests
 from ._tests_get import GetTests
+from ._tests_history import HistoryTests
 from ._tests_ids import IdTests
 from ._tests_input import InputTests
 from ._tests_isolation import IsolationTests
 from ._tests_lifecycle import LifecycleTests
 from ._tests_listing import ListingTests
 from ._tests_loops import LoopTests
+from ._tests_lost_replies import LostReplyTests
 from ._tests_misuse import MisuseFuzzTests, MisuseTests
 from ._tests_model import ModelTests
 from ._tests_refresh import RefreshTests
@@ -29,6 +33,7 @@ from ._tests_restore import RestoreTests
 from ._tests_save import SaveTests
 from ._tests_ttl import TtlTests
 from ._tests_update import UpdateTests
+from ._tests_wire import WireFaultTests
 
 __all__ = ["SessionManagerTests"]
 
@@ -46,10 +51,15 @@ class SessionManagerTests(
     TtlTests,
     IsolationTests,
     ConcurrencyTests,
+    HistoryTests,
+    ErrorMappingTests,
+    WireFaultTests,
+    LostReplyTests,
     CompactionTests,
     BranchingTests,
     RestoreTests,
     ListingTests,
+    ErasureRaceTests,
     ErasureTests,
     DeleteTests,
     RefreshTests,

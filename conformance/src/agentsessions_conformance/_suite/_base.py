@@ -27,6 +27,7 @@ from agentsessions import Session, SessionManager, SessionSummary
 
 from .._clock import FrozenClock
 from .._inventory import Inventory
+from .._plugins import find_inventory
 from .._state import BackendInfo, recorder_of
 
 __all__ = ["DEFAULT_TIME_LIMIT", "SuiteBase", "snapshot", "within"]
@@ -107,17 +108,23 @@ class SuiteBase:
     async def raw_inventory(self, manager: SessionManager, session_id: str) -> Inventory:
         """What *manager*'s storage holds for *session_id*, read straight from the engine.
 
-        REQUIRED: the erasure and no-orphan clauses use it, so that a backend which
-        forgets event rows behind a delete, or duplicates them in a save, fails. Read
-        it without the manager's own logic (a SQL query, ``EXISTS``/``LLEN``, a
-        ``count_documents``), in *manager*'s namespace, expired sessions included.
+        The erasure and no-orphan clauses use it, so that a backend which forgets event
+        rows behind a delete, or duplicates them in a save, fails. Read it without the
+        manager's own logic (a SQL query, ``EXISTS``/``LLEN``, a ``count_documents``),
+        in *manager*'s namespace, expired sessions included. By default it is the
+        inventory the backend's distribution registers (entry-point group
+        ``agentsessions_conformance``); override it, or register one, otherwise.
         """
-        pytest.fail(
-            f"{type(self).__name__} does not implement raw_inventory(manager, session_id): "
-            "the kit needs an independent look at storage to prove erasure (see the "
-            "agentsessions-conformance README, 'The storage hook')",
-            pytrace=False,
-        )
+        hook = find_inventory(manager)
+        if hook is None:
+            pytest.fail(
+                f"{type(self).__name__} does not implement raw_inventory(manager, session_id) "
+                f"and no installed distribution registers an inventory for "
+                f"{type(manager).__qualname__}: the kit needs an independent look at storage "
+                "to prove erasure (see the agentsessions-conformance README, 'The storage hook')",
+                pytrace=False,
+            )
+        return await hook(manager, session_id)
 
     # -- harness ----------------------------------------------------------------------
 
