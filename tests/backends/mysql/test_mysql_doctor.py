@@ -26,6 +26,7 @@ CHECKS = (
     "mysql.doublewrite",
     "mysql.max_allowed_packet",
     "mysql.read_only",
+    "mysql.pool_size",
     "mysql.schema_version",
     "common.clock_skew",
 )
@@ -118,6 +119,15 @@ async def test_max_allowed_packet_lowered_after_the_manager_opened(
         found = by_check(await manager.diagnose())["mysql.max_allowed_packet"]
     assert found.severity == "error"
     assert "1048576" in found.found
+
+
+async def test_a_pool_larger_than_the_server_admits(server: ManagedServer, setting: Any) -> None:
+    await setting("max_connections", "20", "151")
+    found = by_check(await diagnose(server.url, max_pool_size=25))["mysql.pool_size"]
+    assert found.severity == "error"
+    assert "admits 20" in found.found
+    found = by_check(await diagnose(server.url, max_pool_size=10))["mysql.pool_size"]
+    assert found.severity == "info"
 
 
 def test_doublewrite_off() -> None:

@@ -11,7 +11,7 @@ from agentsessions.backend import Finding, clock_skew, finding, schema_version
 
 from ._schema import LATEST_VERSION, STATEMENTS
 
-__all__ = ["SETTINGS", "diagnose", "durability", "packet", "read_only"]
+__all__ = ["SETTINGS", "diagnose", "durability", "packet", "pool_size", "read_only"]
 
 #: The global variables the checks read (``@@GLOBAL.<name>``).
 SETTINGS = (
@@ -21,6 +21,7 @@ SETTINGS = (
     "innodb_doublewrite",
     "max_allowed_packet",
     "read_only",
+    "max_connections",
 )
 
 
@@ -111,7 +112,33 @@ def read_only(value: str) -> Finding:
     return finding("mysql.read_only", "ok", "read_only = OFF")
 
 
-async def diagnose(fetch: Any, needed_packet: int) -> list[Finding]:
+def pool_size(max_pool_size: int, max_connections: int) -> Finding:
+    """``mysql.pool_size``: one manager's pool against what the server admits."""
+    found = (
+        f"max_pool_size {max_pool_size} per event loop and process; the server admits "
+        f"{max_connections} (max_connections)"
+    )
+    if max_pool_size > max_connections:
+        return finding(
+            "mysql.pool_size",
+            "error",
+            found,
+            "one busy process alone can exhaust the server: calls then fail with "
+            "BackendUnavailableError (too many connections)",
+            "lower max_pool_size or raise max_connections",
+        )
+    if max_pool_size * 4 > max_connections:
+        return finding(
+            "mysql.pool_size",
+            "info",
+            found,
+            "a few application processes at full pool exhaust the server",
+            "size max_pool_size x processes x event loops below max_connections",
+        )
+    return finding("mysql.pool_size", "ok", found)
+
+
+async def diagnose(fetch: Any, needed_packet: int, max_pool_size: int) -> list[Finding]:
     """Every MySQL/MariaDB check; *fetch* is ``async (sql) -> rows`` on one connection."""
     columns = ", ".join(f"@@GLOBAL.{name}" for name in SETTINGS)
     row = (await fetch(f"SELECT {columns}"))[0]
@@ -119,6 +146,7 @@ async def diagnose(fetch: Any, needed_packet: int) -> list[Finding]:
     out = durability(settings)
     out.append(packet(int(settings["max_allowed_packet"]), needed_packet))
     out.append(read_only(settings["read_only"]))
+    out.append(pool_size(max_pool_size, int(settings["max_connections"])))
     exists = (await fetch(STATEMENTS.schema_exists))[0][0]
     stored = (await fetch(STATEMENTS.current_version))[0][0] if exists else None
     out.append(

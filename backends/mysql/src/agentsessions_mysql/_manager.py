@@ -292,7 +292,8 @@ class MySQLSessionManager(SessionManager):
 
     async def _diagnose(self, now: datetime) -> list[Finding]:
         async with self._connection() as connection:
-            return await _diagnosis.diagnose(partial(_fetch, connection, args=()), MIN_PACKET)
+            fetch = partial(_fetch, connection, args=())
+            return await _diagnosis.diagnose(fetch, MIN_PACKET, self.options.max_pool_size)
 
     # -- schema -------------------------------------------------------------------------
 
