@@ -18,7 +18,7 @@ SOURCES = [
     *sorted(ROOT.glob("backends/*/src/*/_diagnosis.py")),
     *sorted(ROOT.glob("backends/*/src/*/_manager.py")),
 ]
-CHECK = re.compile(r'"((?:common|backend|memory|redis|postgres|sqlite|mongo)\.[a-z_]+)"')
+CHECK = re.compile(r'"((?:common|backend|memory|redis|postgres|sqlite|mongo|mysql)\.[a-z_]+)"')
 HEADING = re.compile(r"^### (?P<check>[a-z_.]+) \{#(?P<anchor>[a-z-]+)\}$", re.MULTILINE)
 
 

@@ -9,30 +9,10 @@ import pytest_asyncio
 from agentsessions import SessionManager, connect
 from agentsessions_conformance import Inventory, SessionManagerTests
 from agentsessions_mysql import MySQLSessionManager
+from agentsessions_mysql._conformance import mysql_inventory
 from encryption_params import make_keyring
 
 pytestmark = pytest.mark.mysql
-
-
-async def mysql_inventory(manager: SessionManager, session_id: str) -> Inventory:
-    """What the tables hold for *session_id*, read with plain SQL past the manager."""
-    assert isinstance(manager, MySQLSessionManager)
-    key = (manager.options.namespace.encode(), session_id.encode())
-    where = "WHERE namespace = %s AND session_id = %s"
-    async with manager._connection() as connection, connection.cursor() as cursor:
-        await cursor.execute(f"SELECT count(*) FROM agentsessions_sessions {where}", key)
-        records = (await cursor.fetchone())[0]
-        # Relative to the first position a compaction moved (0 for an erased id).
-        await cursor.execute(f"SELECT first_position FROM agentsessions_sessions {where}", key)
-        first = await cursor.fetchone()
-        await cursor.execute(f"SELECT position FROM agentsessions_events {where}", key)
-        positions = [row[0] for row in await cursor.fetchall()]
-        await cursor.execute(f"SELECT count(*) FROM agentsessions_archive {where}", key)
-        archived = (await cursor.fetchone())[0]
-    base = first[0] if first else 0
-    return Inventory(
-        records=records, events=[position - base for position in positions], archived=archived
-    )
 
 
 class TestMySQLConformance(SessionManagerTests):

@@ -41,6 +41,7 @@ from agentsessions.backend import (
     CompactRequest,
     ErrorRule,
     EventRecord,
+    Finding,
     LoadedSession,
     ManagerOptions,
     SaveRequest,
@@ -57,6 +58,7 @@ from asyncmy import Connection
 from asyncmy.errors import Error as DriverError
 from asyncmy.errors import IntegrityError, InterfaceError, OperationalError
 
+from . import _diagnosis
 from ._options import DEFAULT_PORT, MySQLOptions, connect_arguments
 from ._pool import Pool
 from ._schema import (
@@ -287,6 +289,11 @@ class MySQLSessionManager(SessionManager):
                 raise
         async with self._connection() as connection:
             return await _fetch(connection, sql, args)
+
+    async def _diagnose(self, now: datetime) -> list[Finding]:
+        async with self._connection() as connection:
+            fetch = partial(_fetch, connection, args=())
+            return await _diagnosis.diagnose(fetch, MIN_PACKET, self.options.max_pool_size)
 
     # -- schema -------------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
 from ._process import (
@@ -41,7 +42,9 @@ def _binary(*names: str) -> str:
     raise ServerUnavailable(f"none of {', '.join(names)} found")
 
 
-def _build(server_bin: str, install_bin: str, start_timeout: float) -> ProcessServer:
+def _build(
+    server_bin: str, install_bin: str, start_timeout: float, extra: Sequence[str]
+) -> ProcessServer:
     workdir = make_workdir("mysql")
     datadir = workdir / "data"
     port = free_port()
@@ -76,6 +79,7 @@ def _build(server_bin: str, install_bin: str, start_timeout: float) -> ProcessSe
             "--innodb-buffer-pool-size=32M",
             "--innodb-log-file-size=16M",
             "--max-allowed-packet=16M",
+            *extra,
             *as_root,
         ],
         log_path=workdir / "server.log",
@@ -91,8 +95,11 @@ def _build(server_bin: str, install_bin: str, start_timeout: float) -> ProcessSe
     )
 
 
-def start_mysql(*, start_timeout: float = 60.0) -> ManagedServer:
-    """Start a private MariaDB server on a free loopback port and return it running."""
+def start_mysql(*, start_timeout: float = 60.0, args: Sequence[str] = ()) -> ManagedServer:
+    """Start a private MariaDB server on a free loopback port and return it running;
+    *args* (``--name=value`` options) are added to its command line."""
     server_bin = _binary("mariadbd", "mysqld")
     install_bin = _binary("mariadb-install-db", "mysql_install_db")
-    return start_with_port_retry(lambda: _build(server_bin, install_bin, start_timeout))
+    return start_with_port_retry(
+        lambda: _build(server_bin, install_bin, start_timeout, tuple(args))
+    )

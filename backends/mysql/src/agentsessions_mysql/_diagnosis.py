@@ -1,0 +1,161 @@
+"""The MySQL/MariaDB doctor's checks: durability, packet size, read-only mode and schema
+version, read from the server's global variables and judged from those readings alone."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from typing import Any
+
+from agentsessions.backend import Finding, clock_skew, finding, schema_version
+
+from ._schema import LATEST_VERSION, STATEMENTS
+
+__all__ = ["SETTINGS", "diagnose", "durability", "packet", "pool_size", "read_only"]
+
+#: The global variables the checks read (``@@GLOBAL.<name>``).
+SETTINGS = (
+    "innodb_flush_log_at_trx_commit",
+    "log_bin",
+    "sync_binlog",
+    "innodb_doublewrite",
+    "max_allowed_packet",
+    "read_only",
+    "max_connections",
+)
+
+
+def _on(value: str) -> bool:
+    return value.upper() in ("1", "ON")
+
+
+def durability(settings: Mapping[str, str]) -> list[Finding]:
+    """``mysql.flush_log_at_trx_commit``, ``mysql.sync_binlog`` and ``mysql.doublewrite``."""
+    out = []
+    flush = settings.get("innodb_flush_log_at_trx_commit", "1")
+    if flush == "1":
+        out.append(
+            finding("mysql.flush_log_at_trx_commit", "ok", "innodb_flush_log_at_trx_commit = 1")
+        )
+    else:
+        # 0 loses the last second on a crash of the server process, 2 on one of its machine.
+        out.append(
+            finding(
+                "mysql.flush_log_at_trx_commit",
+                "error" if flush == "0" else "warning",
+                f"innodb_flush_log_at_trx_commit = {flush}",
+                "a save is acknowledged before the redo log is on disk: a crash of the "
+                + ("server process" if flush == "0" else "server's machine")
+                + " loses about the last second of acknowledged saves",
+                "set innodb_flush_log_at_trx_commit = 1 (my.cnf, or SET GLOBAL)",
+            )
+        )
+    sync = settings.get("sync_binlog", "0")
+    if not _on(settings.get("log_bin", "0")):
+        out.append(finding("mysql.sync_binlog", "ok", "binary log off (sync_binlog not used)"))
+    elif sync == "1":
+        out.append(finding("mysql.sync_binlog", "ok", "binary log on, sync_binlog = 1"))
+    else:
+        out.append(
+            finding(
+                "mysql.sync_binlog",
+                "warning",
+                f"binary log on, sync_binlog = {sync}",
+                "committed saves can be missing from the binary log after a crash of the "
+                "server's machine: replicas and point-in-time recovery lack them, and a "
+                "failover to a replica loses them",
+                "set sync_binlog = 1 (my.cnf, or SET GLOBAL)",
+            )
+        )
+    if _on(settings.get("innodb_doublewrite", "1")):
+        out.append(finding("mysql.doublewrite", "ok", "innodb_doublewrite = ON"))
+    else:
+        out.append(
+            finding(
+                "mysql.doublewrite",
+                "error",
+                "innodb_doublewrite = OFF",
+                "a power loss in the middle of a page write leaves torn pages that crash "
+                "recovery cannot repair: sessions stored on them are corrupt",
+                "set innodb_doublewrite = ON (my.cnf; needs a restart on older servers)",
+            )
+        )
+    return out
+
+
+def packet(max_allowed_packet: int, needed: int) -> Finding:
+    """``mysql.max_allowed_packet``: what new connections get, against what a save needs."""
+    found = f"max_allowed_packet = {max_allowed_packet} bytes (this backend needs {needed})"
+    if max_allowed_packet < needed:
+        return finding(
+            "mysql.max_allowed_packet",
+            "error",
+            found,
+            "a new manager refuses to open, and connections opened from now on reject "
+            "saves of large states or events",
+            "SET GLOBAL max_allowed_packet = 16777216 (and in my.cnf)",
+        )
+    return finding("mysql.max_allowed_packet", "ok", found)
+
+
+def read_only(value: str) -> Finding:
+    """``mysql.read_only``: a read-only server (a replica, or one set so) refuses writes."""
+    if _on(value):
+        return finding(
+            "mysql.read_only",
+            "error",
+            "read_only = ON",
+            "every save, create and delete is refused (BackendReadOnlyError), unless "
+            "the user has SUPER, which writes past it",
+            "point the URL at the primary, or SET GLOBAL read_only = OFF",
+        )
+    return finding("mysql.read_only", "ok", "read_only = OFF")
+
+
+def pool_size(max_pool_size: int, max_connections: int) -> Finding:
+    """``mysql.pool_size``: one manager's pool against what the server admits."""
+    found = (
+        f"max_pool_size {max_pool_size} per event loop and process; the server admits "
+        f"{max_connections} (max_connections)"
+    )
+    if max_pool_size > max_connections:
+        return finding(
+            "mysql.pool_size",
+            "error",
+            found,
+            "one busy process alone can exhaust the server: calls then fail with "
+            "BackendUnavailableError (too many connections)",
+            "lower max_pool_size or raise max_connections",
+        )
+    if max_pool_size * 4 > max_connections:
+        return finding(
+            "mysql.pool_size",
+            "info",
+            found,
+            "a few application processes at full pool exhaust the server",
+            "size max_pool_size x processes x event loops below max_connections",
+        )
+    return finding("mysql.pool_size", "ok", found)
+
+
+async def diagnose(fetch: Any, needed_packet: int, max_pool_size: int) -> list[Finding]:
+    """Every MySQL/MariaDB check; *fetch* is ``async (sql) -> rows`` on one connection."""
+    columns = ", ".join(f"@@GLOBAL.{name}" for name in SETTINGS)
+    row = (await fetch(f"SELECT {columns}"))[0]
+    settings = {name: str(value) for name, value in zip(SETTINGS, row, strict=True)}
+    out = durability(settings)
+    out.append(packet(int(settings["max_allowed_packet"]), needed_packet))
+    out.append(read_only(settings["read_only"]))
+    out.append(pool_size(max_pool_size, int(settings["max_connections"])))
+    exists = (await fetch(STATEMENTS.schema_exists))[0][0]
+    stored = (await fetch(STATEMENTS.current_version))[0][0] if exists else None
+    out.append(
+        schema_version(
+            "mysql.schema_version", None if stored is None else int(stored), LATEST_VERSION
+        )
+    )
+    before = datetime.now(timezone.utc)
+    server = (await fetch("SELECT UTC_TIMESTAMP(6)"))[0][0]
+    after = datetime.now(timezone.utc)
+    out.append(clock_skew(before, server.replace(tzinfo=timezone.utc), after))
+    return out

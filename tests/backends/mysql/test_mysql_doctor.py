@@ -1,0 +1,153 @@
+"""The MySQL/MariaDB doctor against a private MariaDB: each hazard provoked with
+``SET GLOBAL`` (or a start option) and reported, and a well-configured server quiet.
+
+Never the shared server: its settings belong to the other tests."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import asyncmy
+import pytest
+import pytest_asyncio
+from agentsessions import Diagnosis, Finding, connect
+from agentsessions_mysql._diagnosis import durability, packet, read_only
+from agentsessions_mysql._options import connect_arguments
+from agentsessions_testservers import ManagedServer, ServerUnavailable, start_mysql
+
+pytestmark = pytest.mark.mysql
+
+#: The durable settings, with the binary log on (so sync_binlog is judged).
+DURABLE = ("--log-bin=binlog", "--server-id=1", "--sync-binlog=1")
+CHECKS = (
+    "mysql.flush_log_at_trx_commit",
+    "mysql.sync_binlog",
+    "mysql.doublewrite",
+    "mysql.max_allowed_packet",
+    "mysql.read_only",
+    "mysql.pool_size",
+    "mysql.schema_version",
+    "common.clock_skew",
+)
+
+
+def _start(*args: str) -> ManagedServer:
+    try:
+        return start_mysql(args=args)
+    except ServerUnavailable as exc:  # pragma: no cover - mariadbd is installed in CI
+        pytest.skip(f"no mariadbd to start: {exc}")
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[ManagedServer]:
+    with _start(*DURABLE) as started:
+        yield started
+
+
+async def set_global(url: str, name: str, value: str) -> None:
+    args = connect_arguments(url)
+    connection = await asyncmy.connect(**args, autocommit=True)
+    try:
+        async with connection.cursor() as cursor:
+            await cursor.execute(f"SET GLOBAL {name} = {value}")
+    finally:
+        connection.close()
+
+
+@pytest_asyncio.fixture
+async def setting(server: ManagedServer) -> AsyncIterator[Any]:
+    """``await setting(name, value)`` sets a global variable, restored after the test."""
+    changed: dict[str, str] = {}
+
+    async def change(name: str, value: str, restore: str) -> None:
+        changed.setdefault(name, restore)
+        await set_global(server.url, name, value)
+
+    yield change
+    for name, value in changed.items():
+        await set_global(server.url, name, value)
+
+
+async def diagnose(url: str, **options: Any) -> Diagnosis:
+    async with connect(url, **options) as manager:
+        return await manager.diagnose()
+
+
+def by_check(report: Diagnosis) -> dict[str, Finding]:
+    return {f.check: f for f in report.findings}
+
+
+async def test_a_well_configured_server_reports_nothing_above_info(
+    server: ManagedServer,
+) -> None:
+    report = await diagnose(server.url)
+    assert report.at_least("warning") == (), report.at_least("warning")
+    found = by_check(report)
+    for check in CHECKS:
+        assert found[check].severity == "ok", found[check]
+    assert "sync_binlog = 1" in found["mysql.sync_binlog"].found
+
+
+@pytest.mark.parametrize(("value", "severity"), [("2", "warning"), ("0", "error")])
+async def test_flush_log_at_trx_commit_below_1(
+    server: ManagedServer, setting: Any, value: str, severity: str
+) -> None:
+    await setting("innodb_flush_log_at_trx_commit", value, "1")
+    found = by_check(await diagnose(server.url))["mysql.flush_log_at_trx_commit"]
+    assert found.severity == severity
+    assert f"= {value}" in found.found
+
+
+async def test_sync_binlog_0_with_the_binary_log_on(server: ManagedServer, setting: Any) -> None:
+    await setting("sync_binlog", "0", "1")
+    found = by_check(await diagnose(server.url))["mysql.sync_binlog"]
+    assert (found.severity, found.found) == ("warning", "binary log on, sync_binlog = 0")
+
+
+async def test_a_read_only_server(server: ManagedServer, setting: Any) -> None:
+    await setting("read_only", "ON", "OFF")
+    assert by_check(await diagnose(server.url))["mysql.read_only"].severity == "error"
+
+
+async def test_max_allowed_packet_lowered_after_the_manager_opened(
+    server: ManagedServer, setting: Any
+) -> None:
+    async with connect(server.url) as manager:
+        await manager.open()  # a new manager would refuse to open at all
+        await setting("max_allowed_packet", "1048576", "16777216")
+        found = by_check(await manager.diagnose())["mysql.max_allowed_packet"]
+    assert found.severity == "error"
+    assert "1048576" in found.found
+
+
+async def test_a_pool_larger_than_the_server_admits(server: ManagedServer, setting: Any) -> None:
+    await setting("max_connections", "20", "151")
+    found = by_check(await diagnose(server.url, max_pool_size=25))["mysql.pool_size"]
+    assert found.severity == "error"
+    assert "admits 20" in found.found
+    found = by_check(await diagnose(server.url, max_pool_size=10))["mysql.pool_size"]
+    assert found.severity == "info"
+
+
+def test_doublewrite_off() -> None:
+    # innodb_doublewrite is not dynamic on every supported server: a start option.
+    with _start("--skip-innodb-doublewrite") as started:
+        import asyncio
+
+        found = by_check(asyncio.run(diagnose(started.url)))
+    assert found["mysql.doublewrite"].severity == "error"
+    # Without a binary log there is nothing for sync_binlog to lose.
+    assert found["mysql.sync_binlog"].severity == "ok"
+    assert found["mysql.sync_binlog"].found.startswith("binary log off")
+
+
+def test_readings_judged_alone() -> None:
+    by = {f.check: f.severity for f in durability({"log_bin": "OFF", "sync_binlog": "0"})}
+    assert by == {
+        "mysql.flush_log_at_trx_commit": "ok",
+        "mysql.sync_binlog": "ok",
+        "mysql.doublewrite": "ok",
+    }
+    assert packet(9 * 1024 * 1024, 9 * 1024 * 1024 + 1).severity == "error"
+    assert read_only("0").severity == "ok"
