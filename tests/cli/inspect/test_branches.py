@@ -279,3 +279,31 @@ def test_without_branching_fork_is_refused_and_rewind_saves(plain: _Writer) -> N
     after = plain.get("chat")
     assert after is not None
     assert after.events == source.events[:2] and after.version == source.version + 1
+
+
+def test_finding_a_cut_reads_ever_longer_tails(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'tails.db'}"
+    asked: list[int | None] = []
+
+    def recording() -> SessionManager:
+        manager = connect(url)
+        original = manager.get
+
+        async def get(session_id: str, **options: object) -> Session | None:
+            asked.append(options.get("last_events"))  # type: ignore[arg-type]
+            return await original(session_id, **options)  # type: ignore[arg-type]
+
+        manager.get = get  # type: ignore[method-assign]
+        return manager
+
+    for w in _open(recording):
+        source = w.call(lambda m: _chat(m, events=300))
+        assert isinstance(source, Session)
+        asked.clear()
+        recent = w.client.get(_session_url("chat", event=source.events[290].id))
+        assert recent.headers["location"] == _session_url("chat", page=0) + "#e290"
+        assert asked == [50]  # among the newest 50: one small read
+        asked.clear()
+        old = w.client.get(_session_url("chat", event=source.events[5].id))
+        assert old.headers["location"] == _session_url("chat", page=5) + "#e5"
+        assert asked == [50, 200, 800]
