@@ -124,6 +124,9 @@ def test_fork_is_the_managers_and_records_its_origin(writer: _Writer) -> None:
     assert fork.forked_from.version == source.version
     assert fork.forked_from.event_id == source.events[1].id
     assert writer.get("chat") == source  # the source is untouched
+    listing = writer.client.get("/").text
+    row = listing[listing.index('class="sid" href="/session?id=retry"') :].split("</tr>")[0]
+    assert 'fork of <a href="/session?id=chat">chat</a>' in row
     again = writer.client.post("/session/fork", data=_fork_form(writer, source, 0, "retry"))
     assert again.status_code == 400 and "exists already" in again.text
     assert writer.get("retry") == fork
