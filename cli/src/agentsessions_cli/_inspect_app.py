@@ -5,12 +5,14 @@ Every page works without JavaScript (none is served). Every value is escaped by 
 autoescaping, and the Content-Security-Policy forbids scripts outright, so hostile event
 content stays text even if a template slipped. Writes (delete, rewind, fork) exist only
 with ``allow_writes``, each behind a confirmation page whose form carries a CSRF token.
+Rewind and fork are the manager's own `rewind` and `fork` where the backend declares
+``capabilities.branching``; without it a rewind is a version-checked save of the shortened
+tail and a fork is refused (a copy would not record where it came from).
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
 import hashlib
 import hmac
 import importlib.resources
@@ -24,11 +26,11 @@ import jinja2
 from agentsessions import (
     BackendUnavailableError,
     InvalidInputError,
-    Session,
     SessionDecryptionError,
     SessionError,
     SessionExistsError,
     SessionManager,
+    SessionNotFoundError,
     SessionSummary,
 )
 from starlette.applications import Starlette
@@ -48,10 +50,15 @@ from ._inspect_views import (
     ttl_left,
 )
 
-__all__ = ["SESSIONS_PER_PAGE", "create_app"]
+__all__ = ["BRANCHES_PER_PAGE", "SESSIONS_PER_PAGE", "create_app"]
 
 #: Sessions on one page of the listing.
 SESSIONS_PER_PAGE = 25
+#: Forks of a session listed on one page of its "Branches" section.
+BRANCHES_PER_PAGE = 20
+# Finding a fork's cut in its source reads ever longer tails (times four each step),
+# then the whole history: the newest pages cost what they cost, an old cut more.
+_LOCATE_STEPS = 6
 # A search by id prefix reads at most this many summaries per page of results, so that a
 # search on a huge store answers in bounded time (the page then offers to search on).
 _SEARCH_SCAN = 5_000
@@ -348,6 +355,8 @@ class _Inspector:
 
     async def session(self, request: Request) -> Response:
         session_id = self._session_id(request)
+        if "event" in request.query_params and "page" not in request.query_params:
+            return await self._locate(request, session_id, request.query_params["event"])
         number = self._page_number(request)
         session = await self.manager.get(session_id, last_events=last_events_for(number))
         if session is None:
@@ -360,7 +369,19 @@ class _Inspector:
         calls = pending_calls(session.state)
         now = datetime.now(timezone.utc)
         ttl = self.manager.options.ttl
-        forked_from = getattr(session, "forked_from", None)  # sessions that record a fork
+        branching = self.manager.capabilities.branching
+        origin = session.forked_from
+        source = None
+        if origin is not None:
+            source = await self.manager.get(origin.session_id, last_events=0)
+        branches_cursor = request.query_params.get("branches") or None
+        branches: list[SessionSummary] = []
+        next_branches: str | None = None
+        if branching:
+            forks = await self.manager.list_sessions(
+                forked_from=session_id, limit=BRANCHES_PER_PAGE, cursor=branches_cursor
+            )
+            branches, next_branches = forks.items, forks.next_cursor
         return self.render(
             request,
             "session.html",
@@ -371,10 +392,44 @@ class _Inspector:
             ttl_left=ttl_left(session.updated_at, ttl, now),
             state_bytes=json_size(session.state),
             page_bytes=sum(json_size(event.model_dump(mode="json")) for _, event in page.events),
-            forked_from=forked_from,
+            origin=origin,
+            source_version=None if source is None else source.version,
+            branching=branching,
+            branches=branches,
+            branches_cursor=branches_cursor,
+            next_branches=next_branches,
+            branches_per_page=BRANCHES_PER_PAGE,
             per_page=EVENTS_PER_PAGE,
             has_archive=self.manager.capabilities.compaction,
             done=request.query_params.get("done", ""),
+        )
+
+    async def _locate(self, request: Request, session_id: str, event_id: str) -> Response:
+        """Redirect to the page of *session_id* that shows *event_id* (a fork's cut),
+        reading ever longer tails of the history until it is found or the history ends."""
+        want: int | None = EVENTS_PER_PAGE
+        for step in range(_LOCATE_STEPS + 1):
+            if step == _LOCATE_STEPS:
+                want = None  # the last step reads the whole history
+            session = await self.manager.get(session_id, last_events=want)
+            if session is None:
+                return await self._absent(request, session_id)
+            index = next((i for i, e in enumerate(session.events) if e.id == event_id), None)
+            if index is not None:
+                position = session.first_event_position + index
+                total = session.first_event_position + len(session.events)
+                number = (total - 1 - position) // EVENTS_PER_PAGE
+                where = _url("/session", id=session_id, page=number)
+                return RedirectResponse(f"{where}#e{position}", 303)
+            if session.first_event_position == 0 or want is None:
+                break
+            want *= 4
+        return self._message(
+            request,
+            "No such event",
+            f"Session {session_id!r} no longer holds event {event_id!r} (rewound or "
+            "compacted since?).",
+            404,
         )
 
     async def archive(self, request: Request) -> Response:
@@ -425,6 +480,8 @@ class _Inspector:
         event_id = request.query_params.get("event", "")
         if action != "delete" and not event_id:
             raise InvalidInputError(f"{action} needs the event to cut at (?event=...)")
+        if action == "fork" and not self.manager.capabilities.branching:
+            return self._no_fork(request)
         return self.render(
             request,
             "confirm.html",
@@ -432,6 +489,18 @@ class _Inspector:
             session_id=session_id,
             event_id=event_id,
             position=request.query_params.get("position", ""),
+            branching=self.manager.capabilities.branching,
+        )
+
+    def _no_fork(self, request: Request) -> Response:
+        return self._message(
+            request,
+            "Fork not supported",
+            f"This store's backend ({type(self.manager).__name__}) does not declare "
+            "capabilities.branching, so it cannot fork: a copy made here would not record "
+            "where it came from nor be listed among the source's branches. Nothing was "
+            "written. `agentsessions copy` copies sessions to another store.",
+            501,
         )
 
     def _field(self, request: Request, name: str) -> str:
@@ -447,10 +516,21 @@ class _Inspector:
         return RedirectResponse(_url("/", done=f"deleted {session_id}"), 303)
 
     async def rewind(self, request: Request) -> Response:
-        """Keep the events up to and including the one given; read only the tail after it."""
+        """Keep the events up to and including the one given; read only the tail after it.
+
+        With ``capabilities.branching`` the manager's `rewind` drops the rest (archiving
+        it when asked); without, a save of the tail cut after the event does (no archive).
+        """
         session_id = self._field(request, "id")
         event_id = self._field(request, "event")
         position = self._position(request)
+        archive = request.state.form.get("archive", "") == "on"
+        branching = self.manager.capabilities.branching
+        if archive and not branching:
+            raise InvalidInputError(
+                f"this store's backend ({type(self.manager).__name__}) cannot archive what a "
+                "rewind drops (capabilities.branching is False): nothing was written"
+            )
         newest = await self.manager.get(session_id, last_events=1)
         if newest is None:
             return await self._absent(request, session_id)
@@ -468,11 +548,14 @@ class _Inspector:
                 f"{session_id!r}: it changed since the page was shown; reload it"
             )
         dropped = len(tail.events) - 1
-        del tail.events[1:]
-        await self.manager.save(tail)  # version-checked: a save in between is a conflict
-        return RedirectResponse(
-            _url("/session", id=session_id, done=f"rewound: {dropped} events dropped"), 303
-        )
+        # Both version-checked: a save in between is a conflict and nothing is written.
+        if branching:
+            await self.manager.rewind(tail, event_id, archive=archive)
+        else:
+            del tail.events[1:]
+            await self.manager.save(tail)
+        done = f"rewound: {dropped} events dropped" + (" (archived)" if archive else "")
+        return RedirectResponse(_url("/session", id=session_id, done=done), 303)
 
     def _position(self, request: Request) -> int:
         raw = self._field(request, "position")
@@ -481,26 +564,17 @@ class _Inspector:
         return int(raw)
 
     async def fork(self, request: Request) -> Response:
-        """A new session holding the events up to and including the one given and the
-        state, written in one atomic `restore` that never overwrites."""
+        """The manager's `fork` at the event given: one atomic step that copies the
+        events up to and including it and the state, and never overwrites."""
+        if not self.manager.capabilities.branching:
+            return self._no_fork(request)
         session_id = self._field(request, "id")
         event_id = self._field(request, "event")
         new_id = self._field(request, "new_id")
-        source = await self.manager.get(session_id)
-        if source is None:
-            return await self._absent(request, session_id)
-        cut = next((i for i, e in enumerate(source.events) if e.id == event_id), None)
-        if cut is None:
-            raise InvalidInputError(f"session {session_id!r} has no event {event_id!r}")
-        fork = Session(
-            session_id=new_id,
-            user_id=source.user_id,
-            events=list(source.events[: cut + 1]),
-            state=copy.deepcopy(source.state),
-            version=1,
-        )
         try:
-            await self.manager.restore(fork)
+            await self.manager.fork(session_id, new_id, through_event_id=event_id)
+        except SessionNotFoundError:
+            return await self._absent(request, session_id)
         except SessionExistsError:
             raise InvalidInputError(
                 f"session {new_id!r} exists already: nothing was written; choose another id"

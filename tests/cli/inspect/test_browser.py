@@ -243,3 +243,24 @@ def test_with_writes_a_delete_is_confirmed_first(browser: WebDriver, writable_ur
         assert "demo" not in [
             a.text for a in browser.find_elements(By.CSS_SELECTOR, "#sessions a.sid")
         ]
+
+
+def test_with_writes_a_fork_links_back_to_its_cut(browser: WebDriver, writable_url: str) -> None:
+    with _Server(writable_url, allow_writes=True) as running:
+        browser.get(f"{running.base}/session?{urlencode({'id': 'demo', 'token': TOKEN})}")
+        second = browser.find_elements(By.LINK_TEXT, "fork from here")[1]
+        _click(browser, second)
+        browser.find_element(By.NAME, "new_id").send_keys("demo-retry")
+        _click(browser, browser.find_element(By.ID, "confirm"))
+        assert "forked from demo" in browser.find_element(By.ID, "done").text
+        assert browser.find_element(By.ID, "session-id").text == "demo-retry"
+        assert browser.find_element(By.ID, "fork-source").text == "demo"
+        _click(browser, browser.find_element(By.ID, "fork-cut"))
+        # The source's page, scrolled to the cut, which :target marks.
+        assert browser.find_element(By.ID, "session-id").text == "demo"
+        marked = browser.execute_script("return document.querySelector(':target').id")
+        assert marked == "e1"
+        branches = browser.find_element(By.ID, "branches")
+        assert [a.text for a in branches.find_elements(By.CSS_SELECTOR, "a.branch-id")] == [
+            "demo-retry"
+        ]
