@@ -26,8 +26,8 @@ from agents import Agent, RunConfig, Runner, Usage
 from agents.extensions.memory.advanced_sqlite_session import AdvancedSQLiteSession
 from agents.items import ModelResponse
 from agents.models.interface import Model
-from agentsessions import SessionManager
-from agentsessions.integrations.openai_agents import AgentSessionsSession
+from agentsessions import InvalidSessionIdError, SessionManager
+from agentsessions.integrations.openai_agents import AgentSessionsSession, BranchError
 from openai.types.responses import ResponseOutputMessage, ResponseOutputText
 
 TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
@@ -341,3 +341,87 @@ async def test_a_branch_is_a_fork_of_the_branch_it_was_made_from(
     assert [b["branch_id"] for b in await other.list_branches()] == [
         b["branch_id"] for b in await session.list_branches()
     ]
+
+
+# -- the differences docs/openai-agents.md lists, each on its side ----------------------
+
+
+async def test_deleting_a_branch_empties_its_session_and_its_state(
+    manager: SessionManager, sdk_session: AdvancedSQLiteSession
+) -> None:
+    main = await manager.create("conv")
+    main.state["topic"] = "capitals"
+    await manager.save(main)
+    session = AgentSessionsSession("conv", manager)
+    await session.add_items(CONVERSATION)
+    await session.create_branch_from_turn(2, "alt")
+    alt = await manager.get("conv::alt")
+    assert alt is not None and alt.state == {"topic": "capitals"}  # the SDK has no state
+    await session.switch_to_branch("main")
+    await session.delete_branch("alt")
+    emptied = await manager.get("conv::alt")
+    assert emptied is not None and emptied.events == [] and emptied.state == {}
+    main_after = await manager.get("conv")
+    assert main_after is not None and main_after.state == {"topic": "capitals"}
+
+
+async def test_after_a_clear_another_object_stays_on_its_branch(
+    manager: SessionManager, sdk_session: AdvancedSQLiteSession, tmp_path: Path
+) -> None:
+    ours = AgentSessionsSession("conv", manager)
+    await ours.add_items(CONVERSATION)
+    await ours.create_branch_from_turn(2, "alt")
+    other = AgentSessionsSession("conv", manager)
+    await other.switch_to_branch("alt")
+    await ours.clear_session()
+    assert ours.current_branch_id == "main"
+    assert other.current_branch_id == "alt"
+    await other.add_items([user("Still here")])
+    assert await ours.get_items(branch_id="alt") == [user("Still here")]
+    assert await ours.get_items() == []
+
+    # The SDK moves every instance back to main after a clear.
+    await sdk_session.add_items(CONVERSATION)
+    await sdk_session.create_branch_from_turn(2, "alt")
+    sdk_other = AdvancedSQLiteSession(session_id="conv", db_path=tmp_path / "sdk.db")
+    try:
+        await sdk_other.switch_to_branch("alt")
+        await sdk_session.clear_session()
+        await sdk_other.add_items([user("Still here")])
+        assert await sdk_other.get_items(branch_id="main") == [user("Still here")]
+        assert await sdk_other.get_items(branch_id="alt") == []
+    finally:
+        sdk_other.close()
+
+
+async def test_a_turn_on_a_branch_keeps_its_first_timestamp(manager: SessionManager) -> None:
+    session = AgentSessionsSession("conv", manager)
+    await session.add_items(CONVERSATION)
+    before = await session.get_conversation_turns()
+    await session.create_branch_from_turn(3, "alt")
+    after = await session.get_conversation_turns()
+    assert [t["timestamp"] for t in after] == [t["timestamp"] for t in before[:2]]
+    stored = await manager.get("conv")
+    assert stored is not None
+    assert before[0]["timestamp"] == stored.events[1].timestamp.strftime("%Y-%m-%d %H:%M:%S")
+
+
+async def test_a_branch_name_too_long_for_an_id_is_refused(manager: SessionManager) -> None:
+    session = AgentSessionsSession("conv", manager)
+    await session.add_items(CONVERSATION)
+    with pytest.raises(InvalidSessionIdError):
+        await session.create_branch_from_turn(2, "b" * 252)
+    assert session.current_branch_id == "main"
+    assert [b["branch_id"] for b in await session.list_branches()] == ["main"]
+
+
+async def test_a_session_stored_under_a_branch_id_makes_the_name_used(
+    manager: SessionManager,
+) -> None:
+    await manager.create("conv::taken")
+    session = AgentSessionsSession("conv", manager)
+    await session.add_items(CONVERSATION)
+    with pytest.raises(BranchError, match="'taken' has already been used"):
+        await session.create_branch_from_turn(2, "taken")
+    assert isinstance(BranchError("x"), ValueError)
+    assert [b["branch_id"] for b in await session.list_branches()] == ["main"]
