@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,14 @@ from agents import Agent, RunConfig, Runner, Usage
 from agents.extensions.memory.advanced_sqlite_session import AdvancedSQLiteSession
 from agents.items import ModelResponse
 from agents.models.interface import Model
-from agentsessions import InvalidSessionIdError, SessionManager
+from agentsessions import (
+    Capabilities,
+    InvalidSessionIdError,
+    MemorySessionManager,
+    OperationNotSupportedError,
+    SessionManager,
+    SessionOwnershipError,
+)
 from agentsessions.integrations.openai_agents import AgentSessionsSession, BranchError
 from openai.types.responses import ResponseOutputMessage, ResponseOutputText
 
@@ -425,3 +433,36 @@ async def test_a_session_stored_under_a_branch_id_makes_the_name_used(
         await session.create_branch_from_turn(2, "taken")
     assert isinstance(BranchError("x"), ValueError)
     assert [b["branch_id"] for b in await session.list_branches()] == ["main"]
+
+
+async def test_branches_belong_to_the_conversation_owner(manager: SessionManager) -> None:
+    alice = AgentSessionsSession("conv", manager, user_id="alice")
+    await alice.add_items(CONVERSATION)
+    await alice.create_branch_from_turn(2, "alt")
+    alt = await manager.get("conv::alt")
+    assert alt is not None and alt.user_id == "alice"
+    mallory = AgentSessionsSession("conv", manager, user_id="mallory")
+    with pytest.raises(SessionOwnershipError):
+        await mallory.list_branches()
+    with pytest.raises(SessionOwnershipError):
+        await mallory.switch_to_branch("alt")
+    assert alice.current_branch_id == "alt"
+    assert await alice.get_items() == CONVERSATION[:3]
+
+
+class NoBranching(MemorySessionManager):
+    """A backend that does not declare branching (as a third-party one may not)."""
+
+    capabilities = Capabilities(persistent=False, shared=True, compaction=True)
+
+
+async def test_a_backend_without_branching_refuses_a_branch() -> None:
+    async with NoBranching(f"memory://no-branching-{uuid.uuid4().hex}") as manager:
+        session = AgentSessionsSession("conv", manager)
+        await session.add_items(CONVERSATION)
+        with pytest.raises(OperationNotSupportedError):
+            await session.create_branch_from_turn(2, "alt")
+        assert session.current_branch_id == "main"
+        assert await manager.get("conv::alt") is None
+        await session.clear_session()  # main alone, as before branches existed
+        assert await session.get_items() == []

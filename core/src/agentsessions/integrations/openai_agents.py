@@ -36,6 +36,11 @@ grow with the conversation. An `add_items` that follows this object's `get_items
 loaded and saves it, one round trip; only if another writer saved in between does it
 load the session's version again.
 
+The branching methods of the SDK's ``AdvancedSQLiteSession`` (``create_branch_from_turn``,
+``switch_to_branch``, ``list_branches``...) come from `Branches`: each branch is a fork of
+the session, and the adapter reads and writes the current one (docs/openai-agents.md,
+"Branches").
+
 Under the SDK's ``OpenAIResponsesCompactionSession`` (which calls the Responses API's
 ``compact`` after a turn and replaces the stored history with its output), alone or
 with the SDK's ``EncryptedSession`` on either side of it, the replacement is one atomic
