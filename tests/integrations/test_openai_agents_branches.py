@@ -11,6 +11,7 @@ The differences docs/openai-agents.md lists are asserted, each on its own side.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import uuid
@@ -466,3 +467,21 @@ async def test_a_backend_without_branching_refuses_a_branch() -> None:
         assert await manager.get("conv::alt") is None
         await session.clear_session()  # main alone, as before branches existed
         assert await session.get_items() == []
+
+
+async def test_two_objects_making_one_branch_at_once_one_wins(manager: SessionManager) -> None:
+    first = AgentSessionsSession("conv", manager)
+    await first.add_items(CONVERSATION)
+    second = AgentSessionsSession("conv", manager)
+    await second.add_items([user("And of Spain?")])
+    outcomes = await asyncio.gather(
+        first.create_branch_from_turn(2, "alt"),
+        second.create_branch_from_turn(4, "alt"),
+        return_exceptions=True,
+    )
+    assert sorted(type(o).__name__ for o in outcomes) == ["BranchError", "str"]
+    winner = first if outcomes[0] == "alt" else second
+    loser = second if winner is first else first
+    assert winner.current_branch_id == "alt" and loser.current_branch_id == "main"
+    expected = CONVERSATION[:3] if winner is first else CONVERSATION
+    assert await loser.get_items(branch_id="alt") == expected
