@@ -383,7 +383,7 @@ def lowest(session: nox.Session) -> None:
 # floor core declares and at the newest release, so such a change is seen the day it ships.
 OPENAI_AGENTS_TESTS = tuple(
     f"tests/integrations/test_openai_agents{name}.py"
-    for name in ("", "_compaction", "_compaction_flows", "_loops")
+    for name in ("", "_branches", "_compaction", "_compaction_flows", "_loops")
 )
 
 

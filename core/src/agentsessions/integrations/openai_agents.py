@@ -36,6 +36,11 @@ grow with the conversation. An `add_items` that follows this object's `get_items
 loaded and saves it, one round trip; only if another writer saved in between does it
 load the session's version again.
 
+The branching methods of the SDK's ``AdvancedSQLiteSession`` (``create_branch_from_turn``,
+``switch_to_branch``, ``list_branches``...) come from `Branches`: each branch is a fork of
+the session, and the adapter reads and writes the current one (docs/openai-agents.md,
+"Branches").
+
 Under the SDK's ``OpenAIResponsesCompactionSession`` (which calls the Responses API's
 ``compact`` after a turn and replaces the stored history with its output), alone or
 with the SDK's ``EncryptedSession`` on either side of it, the replacement is one atomic
@@ -62,12 +67,13 @@ from .._errors import InvalidInputError, SessionConflictError, SessionSerializat
 from .._manager import DEFAULT_UPDATE_RETRIES, SessionManager, validate_id
 from .._models import Event, Session, new_event
 from .._tracking import event_contents, mark_loaded
+from ._openai_agents_branches import MAIN_BRANCH, BranchError, Branches
 from ._shared import backoff, finish_despite_cancellation
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
 
-__all__ = ["AgentSessionsSession", "InvalidItemError", "ItemSerializationError"]
+__all__ = ["AgentSessionsSession", "BranchError", "InvalidItemError", "ItemSerializationError"]
 
 _FALLBACK_AUTHOR = "item"
 
@@ -89,7 +95,7 @@ class InvalidItemError(InvalidInputError, TypeError):
     """An item is not a dict; nothing was written."""
 
 
-class AgentSessionsSession:
+class AgentSessionsSession(Branches):
     """Conversation history of the OpenAI Agents SDK kept by a `SessionManager`.
 
     Pass it as ``session=`` to ``Runner.run`` / ``Runner.run_streamed``. The stored
@@ -135,18 +141,31 @@ class AgentSessionsSession:
         # saves, one round trip, instead of loading the session again. Taken out while
         # a save uses it, so two concurrent calls never share it; a failure drops it.
         self._held: Session | None = None
+        # The branch read and written (`Branches`): main is session_id itself.
+        self._branch = MAIN_BRANCH
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.session_id!r} on {self.manager!r}>"
 
-    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+    async def get_items(
+        self, limit: int | None = None, branch_id: str | None = None
+    ) -> list[TResponseInputItem]:
         """The newest *limit* items in order (all when None; ``session_settings.limit``
-        applies when *limit* is None)."""
+        applies when *limit* is None), of the current branch or of *branch_id*."""
         effective = resolve_session_limit(limit, self.session_settings)
         if effective is not None and effective < 0:
             effective = None  # the SDK's SQLite session reads everything for a negative limit
+        if branch_id is not None and branch_id != self._branch:
+            other = await self.manager.get(
+                self._session_of(branch_id), user_id=self.user_id, last_events=effective
+            )
+            return (
+                []
+                if other is None
+                else cast("list[TResponseInputItem]", event_contents(other.events))
+            )
         session = await self.manager.get(
-            self.session_id, user_id=self.user_id, last_events=effective
+            self._active_id, user_id=self.user_id, last_events=effective
         )
         self._held = None if session is None else _empty_copy(session)
         if session is None:
@@ -178,7 +197,7 @@ class AgentSessionsSession:
         # An append needs none of the history: a load of zero events still carries the
         # version the save checks.
         await self.manager.update(
-            self.session_id,
+            self._active_id,
             lambda session: session.events.extend(events),
             user_id=self.user_id,
             create=True,
@@ -206,11 +225,13 @@ class AgentSessionsSession:
             return cast("TResponseInputItem", event.content)
 
     async def clear_session(self) -> None:
-        """Remove every item. The stored session itself (owner, state) is kept."""
+        """Remove every item of every branch and switch to ``main``. The stored session
+        itself (owner, state) is kept."""
         await finish_despite_cancellation(self._clear())
 
     async def _clear(self) -> None:
-        self._held = None
+        await self._clear_branches()
+        await self._switch(MAIN_BRANCH)
         attempt = 0
         while True:
             loaded = await self._load(last_events=0)
@@ -226,6 +247,7 @@ class AgentSessionsSession:
                 created_at=loaded.created_at,
                 updated_at=loaded.updated_at,
                 version=loaded.version,
+                forked_from=loaded.forked_from,
             )
             try:
                 await self.manager.save(emptied)
@@ -326,6 +348,7 @@ class AgentSessionsSession:
             created_at=loaded.created_at,
             updated_at=loaded.updated_at,
             version=loaded.version,
+            forked_from=loaded.forked_from,
         )
         await self.manager.save(rewritten)
 
@@ -339,7 +362,7 @@ class AgentSessionsSession:
         """The snapshot's events from *start* on replaced by *events*, keeping the older
         history (less the prefix *prune_prefix* drops): one save of the whole session
         at the version the snapshot read; False if anything was written since."""
-        whole = await self.manager.get(self.session_id, user_id=self.user_id)
+        whole = await self.manager.get(self._active_id, user_id=self.user_id)
         if whole is None or whole.version != snapshot.version:
             return False
         cut = snapshot.first_event_position + start
@@ -371,7 +394,7 @@ class AgentSessionsSession:
 
     async def _load(self, *, last_events: int) -> Session | None:
         return await self.manager.get(
-            self.session_id, user_id=self.user_id, last_events=last_events
+            self._active_id, user_id=self.user_id, last_events=last_events
         )
 
     async def _after_conflict(self, conflict: SessionConflictError, attempt: int) -> int:
@@ -394,6 +417,7 @@ def _empty_copy(session: Session) -> Session:
         created_at=session.created_at,
         updated_at=session.updated_at,
         version=session.version,
+        forked_from=session.forked_from,
     )
     mark_loaded(copy, offset=session.first_event_position + len(session.events), partial=True)
     return copy
