@@ -203,6 +203,8 @@ def _compaction(args: argparse.Namespace) -> int:
         print(f"written to {args.out}", file=sys.stderr)
     for item in found["skipped"]:
         print(f"not measured: {item['engine']}: {item['reason']}", file=sys.stderr)
+    for engine in found.get("unsupported", []):
+        print(f"not measured: {engine}: the backend does not branch", file=sys.stderr)
     return 1 if found["errors"] else 0
 
 

@@ -108,7 +108,8 @@ def test_url_mode_runs_whole_suite_on_memory(tmp_path: Path) -> None:
     assert "test_unrelated" not in run.output
     assert run.report is not None
     # Skipped for what memory lacks: persistence, an event size limit, a network (the
-    # wire faults), a password and a database in its URL (the error mapping).
+    # wire faults), a password and a database in its URL (the error mapping); and for
+    # what it has: branching (the clause for backends without it).
     wire = {
         "test_wire_frozen_server_times_out_then_recovers",
         "test_wire_reset_is_backend_unavailable_then_recovers",
@@ -119,7 +120,11 @@ def test_url_mode_runs_whole_suite_on_memory(tmp_path: Path) -> None:
         "test_wrong_password_is_backend_authentication_error",
         "test_missing_database_is_database_not_found",
     }
-    expected = {"test_persistent_data_survives_reconnect", "test_event_size_limit_is_exact"}
+    expected = {
+        "test_persistent_data_survives_reconnect",
+        "test_event_size_limit_is_exact",
+        "test_without_branching_every_call_is_refused",
+    }
     assert run.report["summary"] == {
         "passed": len(run.report["clauses"]) - len(expected | wire | errors),
         "skipped": len(expected | wire | errors),
