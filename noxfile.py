@@ -78,6 +78,8 @@ LANGGRAPH_TEST_DEPS = ("langgraph-checkpoint-conformance>=0.0.2",)
 # The inspector's tests: Starlette's TestClient needs httpx; the browser tests drive the
 # system's chromium through its chromedriver with Selenium (.ci/run installs both).
 INSPECT_TEST_DEPS = ("httpx>=0.27", "selenium>=4.20")
+# The doctor's report is validated against its committed JSON schema.
+DOCTOR_TEST_DEPS = ("jsonschema>=4.20",)
 
 
 def _editable(*paths: str) -> list[str]:
@@ -114,6 +116,7 @@ def tests(session: nox.Session) -> None:
         *OTEL_TEST_DEPS,
         *LANGGRAPH_TEST_DEPS,
         *INSPECT_TEST_DEPS,
+        *DOCTOR_TEST_DEPS,
         "redis>=5.3",
         *_editable(*MEMBERS),
     )
@@ -362,7 +365,7 @@ def lowest(session: nox.Session) -> None:
     ``nox -s lowest -- tests`` runs pytest on everything instead.
     """
     lowest = ("--resolution", "lowest-direct")
-    deps = (*TEST_DEPS, *OTEL_TEST_DEPS, "redis>=5.3")
+    deps = (*TEST_DEPS, *OTEL_TEST_DEPS, *DOCTOR_TEST_DEPS, "redis>=5.3")
     # The cli, otel and encryption extras are light and their tests are among those run here.
     members = [("core[cli,otel,encryption]" if m.startswith("core[") else m) for m in MEMBERS]
     session.install(*lowest, *deps, *_editable(*members))
