@@ -1,9 +1,9 @@
-"""The PostgreSQL doctor's checks: durability settings, replication, version, schema and
-pool size, read from ``pg_settings`` and judged from those readings alone."""
+"""The PostgreSQL doctor's checks: durability settings, replication, version, schema, pool
+size and transaction pooling, read from the server and judged from those readings alone."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
@@ -14,9 +14,12 @@ from ._schema import LATEST_VERSION, quote_ident, statements
 __all__ = [
     "OLDEST_MAINTAINED",
     "SETTINGS",
+    "POOLING_ROUNDS",
     "diagnose",
     "durability",
+    "pgbouncer",
     "pool_size",
+    "pooling_seen",
     "replication",
     "version",
 ]
@@ -31,6 +34,8 @@ SETTINGS = (
     "superuser_reserved_connections",
     "server_version_num",
 )
+#: How many times `pooling_seen` compares the backends of its two connections.
+POOLING_ROUNDS = 3
 #: The oldest major version the PostgreSQL project still fixes (``server_version_num``).
 OLDEST_MAINTAINED = 140000
 
@@ -171,8 +176,78 @@ def pool_size(max_pool_size: int, max_connections: int, reserved: int) -> Findin
     return finding("postgres.pool_size", "ok", found)
 
 
-async def diagnose(connection: Any, schema: str, hosts: int, max_pool_size: int) -> list[Finding]:
-    """Every PostgreSQL check, on one pooled *connection*."""
+async def pooling_seen(open_connection: Callable[[], Awaitable[Any]]) -> tuple[bool, bool]:
+    """``(transaction pooling, a proxy)`` as two fresh connections of *open_connection* see.
+
+    Two client connections open at once cannot share a backend of the server, and one
+    connection keeps its backend until it closes: the same ``pg_backend_pid()`` on both,
+    or a new one on the same connection, happens only when a proxy hands transactions
+    to its server connections (PgBouncer's ``pool_mode = transaction`` or
+    ``statement``). A proxy of any mode shows itself by the process id it announced at
+    startup (BackendKeyData) differing from ``pg_backend_pid()``.
+    """
+    first = await open_connection()
+    try:
+        second = await open_connection()
+        try:
+            proxied = False
+            for _ in range(POOLING_ROUNDS):
+                before = await first.fetchval("SELECT pg_backend_pid()")
+                other = await second.fetchval("SELECT pg_backend_pid()")
+                after = await first.fetchval("SELECT pg_backend_pid()")
+                if other == before or after != before:
+                    return True, True
+                proxied = proxied or before != first.get_server_pid()
+            return False, proxied
+        finally:
+            await second.close()
+    finally:
+        await first.close()
+
+
+def pgbouncer(option: bool, pooling: bool, proxied: bool) -> Finding:
+    """``postgres.pgbouncer``: the ``pgbouncer`` option against the pooling seen."""
+    if pooling and not option:
+        return finding(
+            "postgres.pgbouncer",
+            "error",
+            "transaction pooling in front of the server (two connections shared one "
+            "backend), and the URL lacks pgbouncer=true",
+            "prepared statements made on one server connection are missing on the next: "
+            "calls fail under concurrency (prepared statement does not exist), and a "
+            "statement_timeout option goes as a startup parameter the proxy refuses",
+            "add pgbouncer=true to the URL",
+        )
+    if pooling:
+        return finding(
+            "postgres.pgbouncer",
+            "ok",
+            "transaction pooling in front of the server, pgbouncer=true",
+        )
+    if option:
+        mode = "a proxy without transaction pooling" if proxied else "no proxy"
+        return finding(
+            "postgres.pgbouncer",
+            "info",
+            f"pgbouncer=true, but {mode} in front of the server",
+            "the option turns off the prepared-statement cache and enforces "
+            "statement_timeout on the client only, for nothing",
+            "drop pgbouncer=true, unless a transaction pooler will be put in front",
+        )
+    mode = "a proxy without transaction pooling" if proxied else "no proxy"
+    return finding("postgres.pgbouncer", "ok", f"{mode} in front of the server")
+
+
+async def diagnose(
+    connection: Any,
+    schema: str,
+    hosts: int,
+    max_pool_size: int,
+    pgbouncer_option: bool = False,
+    open_connection: Callable[[], Awaitable[Any]] | None = None,
+) -> list[Finding]:
+    """Every PostgreSQL check, on one pooled *connection*; the pooling check on two of
+    *open_connection*'s, when given."""
     rows = await connection.fetch(
         "SELECT name, setting FROM pg_settings WHERE name = ANY($1::text[])", list(SETTINGS)
     )
@@ -198,4 +273,6 @@ async def diagnose(connection: Any, schema: str, hosts: int, max_pool_size: int)
     server = await connection.fetchval("SELECT clock_timestamp()")
     after = datetime.now(timezone.utc)
     out.append(clock_skew(before, server, after))
+    if open_connection is not None:
+        out.append(pgbouncer(pgbouncer_option, *await pooling_seen(open_connection)))
     return out

@@ -24,7 +24,7 @@ migrated before it is used.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager, suppress
 from datetime import datetime
 from functools import wraps
@@ -248,9 +248,23 @@ class PostgresSessionManager(SessionManager):
     async def _diagnose(self, now: datetime) -> list[Finding]:
         parts = parse_server_url(self._url, multi_host=True)
         hosts = max(len(parts.hosts), len(parts.query.get("host", "").split(",")))
+        opts = self.options
+
+        def open_connection() -> Awaitable[asyncpg.Connection[Any]]:
+            # Connections of its own, outside the pool, without named prepared
+            # statements: the probe must work whatever the option says.
+            return asyncpg.connect(
+                self._url, statement_cache_size=0, timeout=opts.bounded(opts.connect_timeout)
+            )
+
         async with self._connection() as connection:
             return await _diagnosis.diagnose(
-                connection, self.options.schema, hosts, self.options.max_pool_size
+                connection,
+                opts.schema,
+                hosts,
+                opts.max_pool_size,
+                opts.pgbouncer,
+                open_connection,
             )
 
     @asynccontextmanager
