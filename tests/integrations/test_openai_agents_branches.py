@@ -40,7 +40,9 @@ from agentsessions.integrations.openai_agents import AgentSessionsSession, Branc
 from openai.types.responses import ResponseOutputMessage, ResponseOutputText
 
 TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
-AUTO_NAME = re.compile(r"branch_from_turn_(\d+)_\d+")
+# The time suffix of an auto-generated name, and the counter either side appends when two
+# names fall in the same second (whether they do depends on how fast the backend is).
+AUTO_NAME = re.compile(r"branch_from_turn_(\d+)_\d+(?:_\d+)?")
 
 
 def user(text: object) -> dict[str, Any]:
