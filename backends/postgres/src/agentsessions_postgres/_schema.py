@@ -427,6 +427,33 @@ def statements(schema: str) -> Statements:
     return Statements(**filled)
 
 
+def _with_outcome(parts: list[str], schema: str, *, token: int, lineage: int) -> str:
+    """A conditional write's statement: *parts* (CTE ``s`` the guarded UPDATE) followed by
+    the one row that says how it went, shared by save, compaction and rewind.
+
+    The row is 0 when the write landed now (``s``) or earlier (the token $*token* is among
+    the stored ones), else the stored version (`OTHER_LIFE` when the version matches but
+    the lineage $*lineage* does not), else -1 (no live session). $1 is the namespace, $2
+    the id, $3 the expected version and $4 now, in every statement.
+    """
+    outcome = """
+        SELECT COALESCE(
+            (SELECT 0 FROM s),
+            (SELECT 0 FROM {s}.agentsessions_sessions
+             WHERE namespace = $1 AND session_id = $2 AND ${token}::text = ANY(save_tokens)),
+            (SELECT CASE WHEN version = $3 AND ${lineage}::text <> '' AND lineage <> ${lineage}
+                         THEN {other_life} ELSE version END
+             FROM {s}.agentsessions_sessions
+             WHERE namespace = $1 AND session_id = $2
+               AND (expires_at IS NULL OR expires_at > $4)),
+            -1)
+        """
+    sql = "".join([*parts, outcome]).replace("{kept}", str(TOKENS_KEPT))
+    sql = sql.replace("{other_life}", str(OTHER_LIFE))
+    sql = sql.replace("{token}", str(token)).replace("{lineage}", str(lineage))
+    return sql.replace("{s}", quote_ident(schema))
+
+
 @lru_cache(maxsize=256)
 def save_statement(schema: str, *, truncate: bool, insert: bool, upsert: bool) -> str:
     """The single statement of a save: check the version, write the record, move events.
@@ -495,23 +522,7 @@ def save_statement(schema: str, *, truncate: bool, insert: bool, upsert: bool) -
             {conflict}
         )""".replace("{conflict}", conflict)
         )
-    parts.append(
-        """
-        SELECT COALESCE(
-            (SELECT 0 FROM s),
-            (SELECT 0 FROM {s}.agentsessions_sessions
-             WHERE namespace = $1 AND session_id = $2 AND $9::text = ANY(save_tokens)),
-            (SELECT CASE WHEN version = $3 AND $11::text <> '' AND lineage <> $11
-                         THEN {other_life} ELSE version END
-             FROM {s}.agentsessions_sessions
-             WHERE namespace = $1 AND session_id = $2
-               AND (expires_at IS NULL OR expires_at > $4)),
-            -1)
-        """
-    )
-    sql = "".join(parts).replace("{kept}", str(TOKENS_KEPT))
-    sql = sql.replace("{other_life}", str(OTHER_LIFE))
-    return sql.replace("{s}", quote_ident(schema))
+    return _with_outcome(parts, schema, token=9, lineage=11)
 
 
 @lru_cache(maxsize=64)
@@ -563,23 +574,7 @@ def compact_statement(schema: str, *, archive: bool) -> str:
               AND e.position < s.first_position - $10 + $14
         )"""
         )
-    parts.append(
-        """
-        SELECT COALESCE(
-            (SELECT 0 FROM s),
-            (SELECT 0 FROM {s}.agentsessions_sessions
-             WHERE namespace = $1 AND session_id = $2 AND $9::text = ANY(save_tokens)),
-            (SELECT CASE WHEN version = $3 AND $13::text <> '' AND lineage <> $13
-                         THEN {other_life} ELSE version END
-             FROM {s}.agentsessions_sessions
-             WHERE namespace = $1 AND session_id = $2
-               AND (expires_at IS NULL OR expires_at > $4)),
-            -1)
-        """
-    )
-    sql = "".join(parts).replace("{kept}", str(TOKENS_KEPT))
-    sql = sql.replace("{other_life}", str(OTHER_LIFE))
-    return sql.replace("{s}", quote_ident(schema))
+    return _with_outcome(parts, schema, token=9, lineage=13)
 
 
 @lru_cache(maxsize=64)
@@ -620,23 +615,7 @@ def rewind_statement(schema: str, *, archive: bool) -> str:
               AND e.position >= s.first_position + $8
         )"""
         )
-    parts.append(
-        """
-        SELECT COALESCE(
-            (SELECT 0 FROM s),
-            (SELECT 0 FROM {s}.agentsessions_sessions
-             WHERE namespace = $1 AND session_id = $2 AND $9::text = ANY(save_tokens)),
-            (SELECT CASE WHEN version = $3 AND $11::text <> '' AND lineage <> $11
-                         THEN {other_life} ELSE version END
-             FROM {s}.agentsessions_sessions
-             WHERE namespace = $1 AND session_id = $2
-               AND (expires_at IS NULL OR expires_at > $4)),
-            -1)
-        """
-    )
-    sql = "".join(parts).replace("{kept}", str(TOKENS_KEPT))
-    sql = sql.replace("{other_life}", str(OTHER_LIFE))
-    return sql.replace("{s}", quote_ident(schema))
+    return _with_outcome(parts, schema, token=9, lineage=11)
 
 
 @lru_cache(maxsize=256)
