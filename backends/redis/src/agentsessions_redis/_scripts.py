@@ -198,14 +198,11 @@ end
 return 1
 """.replace("{keep_chars}", str(32 * (TOKENS_KEPT - 1)))
 
-# KEYS: hash, events, archive. ARGV: now, expected version, token, replaced, version,
-#       updated, expires (''), pexpireat (''), event count, archive ('1' or ''),
-#       lineage, expected lineage ('' skips its check), new event texts...
-# Returns as SAVE. The replaced head is trimmed off (LTRIM is O(removed)) after being
-# copied, server-side, to the archive list when asked; the new events go in front.
-COMPACT = """
-local cur = redis.call('HMGET', KEYS[1], 't', 'v', 'x', 'l')
-if not cur[1] then return 0 end
+# What COMPACT and REWIND share (ARGV: now, expected version, token, ..., expires,
+# pexpireat at 7 and 8): the token check (a token already kept means the write landed:
+# 1), expiry (0) and the version check (-1) before writing; after it, the session's
+# expiry set on, or taken off, all three keys together, and the answer 1.
+_GUARD = """if not cur[1] then return 0 end
 local tokens = cur[1]
 if #tokens % 32 ~= 0 then tokens = '' end
 for i = 1, #tokens, 32 do
@@ -214,7 +211,29 @@ end
 tokens = ARGV[3] .. string.sub(tokens, 1, {keep_chars})
 if cur[3] and tonumber(cur[3]) <= tonumber(ARGV[1]) then return 0 end
 if cur[2] ~= ARGV[2] then return -1 end
-if ARGV[12] ~= '' and cur[4] ~= ARGV[12] .. ':' .. ARGV[2] then return -1 end
+""".replace("{keep_chars}", str(32 * (TOKENS_KEPT - 1)))
+_EXPIRE = """if ARGV[7] ~= '' then
+  redis.call('HSET', KEYS[1], 'x', ARGV[7])
+  redis.call('PEXPIREAT', KEYS[1], ARGV[8])
+  redis.call('PEXPIREAT', KEYS[2], ARGV[8])
+  redis.call('PEXPIREAT', KEYS[3], ARGV[8])
+else
+  redis.call('HDEL', KEYS[1], 'x')
+  redis.call('PERSIST', KEYS[1])
+  redis.call('PERSIST', KEYS[2])
+  redis.call('PERSIST', KEYS[3])
+end
+return 1
+"""
+
+# KEYS: hash, events, archive. ARGV: now, expected version, token, replaced, version,
+#       updated, expires (''), pexpireat (''), event count, archive ('1' or ''),
+#       lineage, expected lineage ('' skips its check), new event texts...
+# Returns as SAVE. The replaced head is trimmed off (LTRIM is O(removed)) after being
+# copied, server-side, to the archive list when asked; the new events go in front.
+COMPACT = """
+local cur = redis.call('HMGET', KEYS[1], 't', 'v', 'x', 'l')
+{guard}if ARGV[12] ~= '' and cur[4] ~= ARGV[12] .. ':' .. ARGV[2] then return -1 end
 local replaced = tonumber(ARGV[4])
 if ARGV[10] == '1' then
   for first = 0, replaced - 1, 1000 do
@@ -238,19 +257,7 @@ while last >= 13 do
 end
 redis.call('HSET', KEYS[1], 'v', ARGV[5], 'm', ARGV[6], 'n', ARGV[9], 't', tokens,
            'l', ARGV[11] .. ':' .. ARGV[5])
-if ARGV[7] ~= '' then
-  redis.call('HSET', KEYS[1], 'x', ARGV[7])
-  redis.call('PEXPIREAT', KEYS[1], ARGV[8])
-  redis.call('PEXPIREAT', KEYS[2], ARGV[8])
-  redis.call('PEXPIREAT', KEYS[3], ARGV[8])
-else
-  redis.call('HDEL', KEYS[1], 'x')
-  redis.call('PERSIST', KEYS[1])
-  redis.call('PERSIST', KEYS[2])
-  redis.call('PERSIST', KEYS[3])
-end
-return 1
-""".replace("{keep_chars}", str(32 * (TOKENS_KEPT - 1)))
+{expire}""".replace("{guard}", _GUARD).replace("{expire}", _EXPIRE)
 
 # KEYS: hash, archive. ARGV: now. The archived event texts of a live session, or {}.
 ARCHIVED = """
@@ -364,16 +371,7 @@ return {1, src[2] or false, src[4], count, state}
 # then trimmed off (LTRIM is O(removed)).
 REWIND = """
 local cur = redis.call('HMGET', KEYS[1], 't', 'v', 'x', 'l', 'n')
-if not cur[1] then return 0 end
-local tokens = cur[1]
-if #tokens % 32 ~= 0 then tokens = '' end
-for i = 1, #tokens, 32 do
-  if string.sub(tokens, i, i + 31) == ARGV[3] then return 1 end
-end
-tokens = ARGV[3] .. string.sub(tokens, 1, {keep_chars})
-if cur[3] and tonumber(cur[3]) <= tonumber(ARGV[1]) then return 0 end
-if cur[2] ~= ARGV[2] then return -1 end
-if ARGV[11] ~= '' and cur[4] ~= ARGV[11] .. ':' .. ARGV[2] then return -1 end
+{guard}if ARGV[11] ~= '' and cur[4] ~= ARGV[11] .. ':' .. ARGV[2] then return -1 end
 local keep = tonumber(ARGV[4])
 local stored = cur[5] and tonumber(cur[5]) or redis.call('LLEN', KEYS[2])
 if ARGV[9] == '1' then
@@ -389,16 +387,4 @@ elseif keep < stored then
 end
 redis.call('HSET', KEYS[1], 'v', ARGV[5], 'm', ARGV[6], 'n', keep, 't', tokens,
            'l', ARGV[10] .. ':' .. ARGV[5])
-if ARGV[7] ~= '' then
-  redis.call('HSET', KEYS[1], 'x', ARGV[7])
-  redis.call('PEXPIREAT', KEYS[1], ARGV[8])
-  redis.call('PEXPIREAT', KEYS[2], ARGV[8])
-  redis.call('PEXPIREAT', KEYS[3], ARGV[8])
-else
-  redis.call('HDEL', KEYS[1], 'x')
-  redis.call('PERSIST', KEYS[1])
-  redis.call('PERSIST', KEYS[2])
-  redis.call('PERSIST', KEYS[3])
-end
-return 1
-""".replace("{keep_chars}", str(32 * (TOKENS_KEPT - 1)))
+{expire}""".replace("{guard}", _GUARD).replace("{expire}", _EXPIRE)
