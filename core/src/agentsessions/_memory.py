@@ -151,16 +151,27 @@ class MemorySessionManager(SessionManager):
             texts = stored.events[record.since_position(event_count, lineage) :]
         return LoadedSession(record, decode_events(texts))
 
+    def _writable(
+        self, session_id: str, request: SaveRequest | CompactRequest | RewindRequest, now: datetime
+    ) -> _Stored | None:
+        """The stored session a conditional write may change (call under the lock), or
+        None when *request*'s token shows it landed already; raises what the hooks do
+        for a session that is not live or not at the expected version and lineage."""
+        stored = _live(self._space.get(session_id), now)
+        if stored is None:
+            raise SessionNotFoundError(session_id)
+        if request.token in stored.tokens:
+            return None
+        if not request.expects(stored.record.version, stored.record.lineage):
+            raise SessionConflictError(session_id, request.expected_version)
+        return stored
+
     async def _save(self, request: SaveRequest, now: datetime) -> None:
         session_id = request.record.session_id
         with self._store.lock:
-            stored = _live(self._space.get(session_id), now)
+            stored = self._writable(session_id, request, now)
             if stored is None:
-                raise SessionNotFoundError(session_id)
-            if request.token in stored.tokens:
-                return  # a retry of a save that landed
-            if not request.expects(stored.record.version, stored.record.lineage):
-                raise SessionConflictError(session_id, request.expected_version)
+                return  # a retry of a write that landed
             # Ownership, creation time and origin never change through a save (the copy is
             # made only when the request differs: dataclasses.replace is not cheap).
             record, kept = request.record, stored.record
@@ -185,26 +196,14 @@ class MemorySessionManager(SessionManager):
     async def _compact(self, request: CompactRequest, now: datetime) -> None:
         session_id = request.session_id
         with self._store.lock:
-            stored = _live(self._space.get(session_id), now)
+            stored = self._writable(session_id, request, now)
             if stored is None:
-                raise SessionNotFoundError(session_id)
-            if request.token in stored.tokens:
-                return
-            if not request.expects(stored.record.version, stored.record.lineage):
-                raise SessionConflictError(session_id, request.expected_version)
+                return  # a retry of a write that landed
             replaced = request.replaced
             if request.archive:
                 stored.archive.extend(stored.events[:replaced])
             stored.events[:replaced] = [event.data for event in request.new_events]
-            stored.record = replace(
-                stored.record,
-                version=request.version,
-                updated_at=request.updated_at,
-                expires_at=request.expires_at,
-                event_count=len(stored.events),
-                lineage=request.lineage,
-            )
-            stored.tokens.append(request.token)
+            _stamp(stored, request)
 
     async def _fork(self, request: ForkRequest, now: datetime) -> SessionRecord:
         with self._store.lock:
@@ -243,25 +242,13 @@ class MemorySessionManager(SessionManager):
     async def _rewind(self, request: RewindRequest, now: datetime) -> None:
         session_id = request.session_id
         with self._store.lock:
-            stored = _live(self._space.get(session_id), now)
+            stored = self._writable(session_id, request, now)
             if stored is None:
-                raise SessionNotFoundError(session_id)
-            if request.token in stored.tokens:
-                return
-            if not request.expects(stored.record.version, stored.record.lineage):
-                raise SessionConflictError(session_id, request.expected_version)
+                return  # a retry of a write that landed
             if request.archive:
                 stored.archive.extend(stored.events[request.keep :])
             del stored.events[request.keep :]
-            stored.record = replace(
-                stored.record,
-                version=request.version,
-                updated_at=request.updated_at,
-                expires_at=request.expires_at,
-                event_count=len(stored.events),
-                lineage=request.lineage,
-            )
-            stored.tokens.append(request.token)
+            _stamp(stored, request)
 
     async def _list_forks(
         self,
@@ -339,3 +326,16 @@ class MemorySessionManager(SessionManager):
                 "use a persistent backend: sqlite:////path/sessions.db or a server",
             )
         ]
+
+
+def _stamp(stored: _Stored, request: CompactRequest | RewindRequest) -> None:
+    """Record a compaction or rewind that changed *stored*'s events (under the lock)."""
+    stored.record = replace(
+        stored.record,
+        version=request.version,
+        updated_at=request.updated_at,
+        expires_at=request.expires_at,
+        event_count=len(stored.events),
+        lineage=request.lineage,
+    )
+    stored.tokens.append(request.token)
