@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timezone
 from typing import Any, ClassVar, TypeVar
 from urllib.parse import parse_qs, urlsplit
@@ -91,6 +91,7 @@ from pymongo.errors import (
     ProtocolError,
     PyMongoError,
 )
+from pymongo.results import UpdateResult
 
 from . import _diagnosis
 from . import _erasure as erasure
@@ -620,6 +621,44 @@ class MongoSessionManager(SessionManager):
         validate_id(request.session_id)
         await self._publish(self._try_compact, request, now)
 
+    async def _publish_rewrite(
+        self,
+        session_id: str,
+        request: CompactRequest | RewindRequest,
+        info: SessionInfo,
+        segments: Sequence[Segment],
+        now: datetime,
+        archive_writer: ObjectId | None,
+        *,
+        first: int | None = None,
+    ) -> UpdateResult:
+        """Publish a compaction's or rewind's new session document, only over the version,
+        incarnation and lineage the request read: the new segments (and *first*, when the
+        head moved), the request's token, and the archive written by *archive_writer*."""
+        update: Doc = {
+            "version": request.version,
+            "updated_at": to_micros(request.updated_at),
+            "expires_at": expiry_date(request.expires_at),
+            "event_count": request.event_count,
+            "lineage": stamp_lineage(request.lineage, request.version),
+        }
+        if first is not None:
+            update["first"] = first
+        update["segments"] = [list(segment) for segment in segments]
+        push: Doc = {"tokens": {"$each": [request.token], "$slice": -TOKENS_KEPT}}
+        if archive_writer is not None:
+            push["archives"] = archive_writer
+        return await self._sessions.update_one(
+            {
+                "_id": session_id,
+                "version": request.expected_version,
+                "incarnation": info.incarnation,
+                **_lineage_filter(request),
+                **live_filter(now),
+            },
+            {"$set": update, "$push": push},
+        )
+
     async def _try_compact(self, request: CompactRequest, info: SessionInfo, now: datetime) -> bool:
         """One attempt, published like a save's; False when the session was re-created.
 
@@ -654,27 +693,8 @@ class MongoSessionManager(SessionManager):
                 segments.append((max(start, cut), kept_gen))
         if not segments:  # nothing left at all: appends need a generation to write in
             segments.append((new_first, ObjectId()))
-        update: Doc = {
-            "version": request.version,
-            "updated_at": to_micros(request.updated_at),
-            "expires_at": expiry_date(request.expires_at),
-            "event_count": request.event_count,
-            "lineage": stamp_lineage(request.lineage, request.version),
-            "first": new_first,
-            "segments": [list(segment) for segment in segments],
-        }
-        push: Doc = {"tokens": {"$each": [request.token], "$slice": -TOKENS_KEPT}}
-        if archived:
-            push["archives"] = writer
-        published = await self._sessions.update_one(
-            {
-                "_id": session_id,
-                "version": request.expected_version,
-                "incarnation": info.incarnation,
-                **_lineage_filter(request),
-                **live_filter(now),
-            },
-            {"$set": update, "$push": push},
+        published = await self._publish_rewrite(
+            session_id, request, info, segments, now, writer if archived else None, first=new_first
         )
         if not published.matched_count:
             if gen is not None:
@@ -737,26 +757,8 @@ class MongoSessionManager(SessionManager):
         # A fresh generation for the positions from the cut on, so that an append after
         # the rewind never meets a dropped event not yet cleaned up.
         segments = (*(segment for segment in info.segments if segment[0] < cut), (cut, ObjectId()))
-        update: Doc = {
-            "version": request.version,
-            "updated_at": to_micros(request.updated_at),
-            "expires_at": expiry_date(request.expires_at),
-            "event_count": request.event_count,
-            "lineage": stamp_lineage(request.lineage, request.version),
-            "segments": [list(segment) for segment in segments],
-        }
-        push: Doc = {"tokens": {"$each": [request.token], "$slice": -TOKENS_KEPT}}
-        if archived:
-            push["archives"] = writer
-        published = await self._sessions.update_one(
-            {
-                "_id": session_id,
-                "version": request.expected_version,
-                "incarnation": info.incarnation,
-                **_lineage_filter(request),
-                **live_filter(now),
-            },
-            {"$set": update, "$push": push},
+        published = await self._publish_rewrite(
+            session_id, request, info, segments, now, writer if archived else None
         )
         if not published.matched_count:
             if archived:
