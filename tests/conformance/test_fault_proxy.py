@@ -77,6 +77,21 @@ async def test_drop_replies_lets_the_request_reach_the_server(
         assert proxy.dropped_replies == 1
 
 
+async def test_lose_next_reply_loses_one_reply_then_passes(
+    echo: tuple[int, list[bytes]],
+) -> None:
+    async with FaultProxy("127.0.0.1", echo[0]) as proxy:
+        proxy.mode = ProxyMode.LOSE_NEXT_REPLY
+        try:
+            reply = await _roundtrip(proxy.port, b"first")
+        except (ConnectionError, OSError):
+            reply = b""
+        assert reply == b""  # its reply was lost
+        assert echo[1] == [b"first"]  # after the request was served
+        assert proxy.mode is ProxyMode.PASS and proxy.dropped_replies == 1
+        assert await _roundtrip(proxy.port, b"second") == b"second"  # then it passes
+
+
 async def test_reset_and_refuse(echo: tuple[int, list[bytes]]) -> None:
     async with FaultProxy("127.0.0.1", echo[0]) as proxy:
         reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)

@@ -32,6 +32,9 @@ class ProxyMode(enum.Enum):
     DROP_REPLIES = "drop_replies"
     #: Every connection, open or new, is reset at once.
     RESET = "reset"
+    #: Like DROP_REPLIES for the first reply only: its connection is reset, and the
+    #: proxy passes everything again (one lost reply, as in a brief network fault).
+    LOSE_NEXT_REPLY = "lose_next_reply"
 
 
 class FaultProxy:
@@ -149,7 +152,9 @@ class FaultProxy:
                 await self._flowing()
                 if self._mode is ProxyMode.RESET or self._stopped:
                     break
-                if reply and self._mode is ProxyMode.DROP_REPLIES:
+                if reply and self._mode in (ProxyMode.DROP_REPLIES, ProxyMode.LOSE_NEXT_REPLY):
+                    if self._mode is ProxyMode.LOSE_NEXT_REPLY:
+                        self._mode = ProxyMode.PASS
                     self.dropped_replies += 1
                     break
                 writer.write(data)

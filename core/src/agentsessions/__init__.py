@@ -10,6 +10,7 @@ from ._diagnosis import SEVERITIES, Diagnosis, Finding, Severity
 from ._errors import (
     BackendAuthenticationError,
     BackendConflictError,
+    BackendLockedError,
     BackendPluginError,
     BackendReadOnlyError,
     BackendTimeoutError,
@@ -54,6 +55,7 @@ __all__ = [
     "backend_problems",
     "BackendAuthenticationError",
     "BackendConflictError",
+    "BackendLockedError",
     "BackendPluginError",
     "BackendProblem",
     "BackendReadOnlyError",

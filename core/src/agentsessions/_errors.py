@@ -24,6 +24,7 @@ wrong before any I/O happens also derives from `ValueError`, so
     │   ├── BackendAuthenticationError  the server refused the credentials
     │   ├── DatabaseNotFoundError    the database the URL names does not exist
     │   ├── BackendTimeoutError      the call did not finish within its deadline (``timeout``)
+    │   │   └── BackendLockedError   a write gave up waiting for a lock another process held
     │   ├── StorageFullError         the server refuses writes because it is out of space
     │   └── BackendReadOnlyError     the server is a standby or replica: it refuses writes
     └── ManagerClosedError           a call on a manager after close()
@@ -37,6 +38,7 @@ __all__ = [
     "BackendAuthenticationError",
     "DatabaseNotFoundError",
     "BackendConflictError",
+    "BackendLockedError",
     "BackendPluginError",
     "BackendReadOnlyError",
     "BackendTimeoutError",
@@ -249,6 +251,23 @@ class BackendTimeoutError(BackendUnavailableError):
         super().__init__(url, f"{detail} ({reason})" if reason else detail)
         self.operation = operation
         self.timeout = timeout
+
+
+class BackendLockedError(BackendTimeoutError):
+    """A write waited for a lock another connection or process held (a file engine's
+    write lock), for as long as the backend's lock wait allows (SQLite's
+    ``busy_timeout``), and gave up; nothing was written.
+
+    A definite refusal, not an unknown outcome: `update()` raises it at once instead
+    of re-sending until its deadline. ``wait`` is the lock wait in seconds.
+    """
+
+    def __init__(self, url: str, operation: str, timeout: float, wait: float, reason: str) -> None:
+        detail = f"{operation}() gave up after waiting {wait:g} s for a lock; nothing was written"
+        BackendUnavailableError.__init__(self, url, f"{detail} ({reason})")
+        self.operation = operation
+        self.timeout = timeout
+        self.wait = wait
 
 
 class StorageFullError(BackendUnavailableError):

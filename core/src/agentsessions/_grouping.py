@@ -16,7 +16,8 @@ The outcome of each call is its own:
 * a call runs out of retries on its own count of lost races;
 * a save refused for what the changes hold (an input error, too large) is tried again
   with each call on its own, so that only the call whose change is refused fails;
-* `BackendReadOnlyError` (nothing was written) fails every call of the group at once;
+* `BackendReadOnlyError` and `BackendLockedError` (nothing was written) fail every call
+  of the group at once;
 * if the leader's save may have landed but its call ended before the answer (its
   deadline, a cancellation), every call of the group raises `BackendTimeoutError`: its
   change is stored once or not at all, as for a single call.
@@ -39,6 +40,7 @@ from typing import TYPE_CHECKING
 
 from . import _json, _log
 from ._errors import (
+    BackendLockedError,
     BackendReadOnlyError,
     BackendTimeoutError,
     BackendUnavailableError,
@@ -241,7 +243,7 @@ async def _lead(
                 attempt += 1
                 _join(lane, group)
                 continue
-            except BackendReadOnlyError as exc:
+            except (BackendReadOnlyError, BackendLockedError) as exc:
                 sending = False
                 for call in group[1:]:
                     call.fail(exc)

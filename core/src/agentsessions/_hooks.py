@@ -19,6 +19,7 @@ from ._clock import SYSTEM_CLOCK, Clock
 from ._codec import PLAIN, Codec
 from ._deadline import ErrorRule
 from ._errors import (
+    BackendLockedError,
     BackendTimeoutError,
     BackendUnavailableError,
     OperationNotSupportedError,
@@ -210,6 +211,15 @@ class BackendHooks(abc.ABC):
             self.options.timeout,
         )
         return BackendTimeoutError(self.url, operation, timeout, reason)
+
+    def _locked_out(self, wait: float, reason: str) -> BackendLockedError:
+        """A `BackendLockedError` for the running call: it waited *wait* seconds for a
+        lock another connection or process held, and wrote nothing; *reason* says which."""
+        operation, timeout = _deadline.current_operation(cast("SessionManager", self)) or (
+            "call",
+            self.options.timeout,
+        )
+        return BackendLockedError(self.url, operation, timeout, wait, reason)
 
     def _translate(self, exc: BaseException) -> SessionError | None:
         """The error *exc* stands for under `driver_errors`; None if it is not a driver's.

@@ -457,8 +457,8 @@ class SessionManager(BackendHooks):
         The whole call, waiting and retries included, is bounded by the ``timeout``
         option. A save that fails with `BackendUnavailableError` may have landed, so it
         is re-sent with its token (see `save`) until it gets a definite answer: *fn*'s
-        change is never applied twice; `BackendReadOnlyError` is one (nothing was
-        written) and is raised at once. If the deadline passes first (or, for a
+        change is never applied twice; `BackendReadOnlyError` and `BackendLockedError`
+        are (nothing was written) and are raised at once. If the deadline passes first (or, for a
         grouped call, the deadline of the call whose save carries its change),
         `BackendTimeoutError` is raised and the change may or may not be stored
         (`get` tells).

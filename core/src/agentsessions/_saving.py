@@ -11,6 +11,7 @@ import weakref
 from typing import TYPE_CHECKING
 
 from ._errors import (
+    BackendLockedError,
     BackendReadOnlyError,
     BackendUnavailableError,
     InvalidInputError,
@@ -172,7 +173,7 @@ async def save_until_answered(manager: SessionManager, session: Session) -> None
         try:
             await manager.save(session)
             return
-        except BackendReadOnlyError:
+        except (BackendReadOnlyError, BackendLockedError):
             raise  # refused, so not stored: no outcome to wait for
         except BackendUnavailableError:
             attempt += 1

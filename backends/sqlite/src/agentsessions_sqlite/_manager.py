@@ -422,9 +422,10 @@ def _prepare_reader(conn: sqlite3.Connection) -> None:
 
 
 def _locked(manager: SQLiteSessionManager, exc: sqlite3.Error) -> SessionError:
-    return manager._timed_out(
+    return manager._locked_out(
+        manager._busy_timeout,
         f"the database stayed locked by another connection for longer than "
-        f"busy_timeout={manager._busy_timeout:g}s ({exc})"
+        f"busy_timeout={manager._busy_timeout:g}s: {exc}",
     )
 
 

@@ -17,6 +17,7 @@ from ._tests_erasure import ErasureTests
 from ._tests_erasure_races import ErasureRaceTests
 from ._tests_errors import ErrorMappingTests
 from ._tests_fidelity import FidelityTests
+from ._tests_file_lock import FileLockTests
 from ._tests_get import GetTests
 from ._tests_history import HistoryTests
 from ._tests_ids import IdTests
@@ -54,6 +55,7 @@ class SessionManagerTests(
     HistoryTests,
     ErrorMappingTests,
     WireFaultTests,
+    FileLockTests,
     LostReplyTests,
     CompactionTests,
     BranchingTests,

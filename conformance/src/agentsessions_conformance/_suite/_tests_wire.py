@@ -10,6 +10,7 @@ declare the capability absent, which shows as a skip. Every call here has a shor
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -21,6 +22,7 @@ from agentsessions import (
     BackendTimeoutError,
     BackendUnavailableError,
     Session,
+    SessionConflictError,
     SessionManager,
 )
 
@@ -33,57 +35,106 @@ WIRE_TIMEOUT = 1.0
 SLACK = 1.0
 
 
-def _target(manager: SessionManager) -> tuple[str, int, str] | str:
-    """(host, port, URL with {proxy} for the proxy's host:port), or why there is none."""
+def _target(manager: SessionManager) -> tuple[list[tuple[str, int]], str] | str:
+    """The (host, port) of every server the URL names, and the URL with ``{proxy0}``,
+    ``{proxy1}``... for the proxies' host:port in their place; or why there is none."""
     url: str = manager._url
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
-    if "+cluster" in scheme or "+sentinel" in scheme or scheme.endswith("+srv"):
+    if "+cluster" in scheme:
         return (
-            f"{scheme}:// deployments announce their own node addresses, which a single "
-            "proxy cannot stand in for"
+            f"a {scheme}:// client connects to every node at the address the cluster "
+            "announces (CLUSTER SLOTS), not the URL's: a proxy per URL host is bypassed"
         )
-    if "," in parts.netloc:
-        return "a multi-host URL would need one proxy per host"
-    try:
-        host, port = parts.hostname, parts.port or manager.default_port
-    except ValueError as exc:
-        return f"the URL's port cannot be read ({exc})"
-    if not host or not port or "unix" in scheme:
-        return "the URL names no host:port (a file, socket or in-process engine)"
-    userinfo = parts.netloc.rpartition("@")[0]
-    netloc = (userinfo + "@" if userinfo else "") + "{proxy}"
+    if "+sentinel" in scheme:
+        return (
+            f"a {scheme}:// client connects to the primary at the address the Sentinels "
+            "announce, not one the URL names: a proxy per Sentinel is bypassed"
+        )
+    if scheme.endswith("+srv"):
+        return f"a {scheme}:// URL's hosts come from DNS, not from the URL"
+    userinfo, _, hostlist = parts.netloc.rpartition("@")
+    hosts = hostlist.split(",")
+    if len(hosts) > 1 and scheme.startswith("mongodb"):
+        return (
+            "a MongoDB replica set's members are reached at the addresses the set "
+            "announces, not the URL's: a proxy per URL host is bypassed"
+        )
+    targets: list[tuple[str, int]] = []
+    for host in hosts:
+        try:
+            one = urlsplit(f"//{host}")
+            name, port = one.hostname, one.port or manager.default_port
+        except ValueError as exc:
+            return f"the URL's port cannot be read ({exc})"
+        if not name or not port or "unix" in scheme:
+            return "the URL names no host:port (a file, socket or in-process engine)"
+        targets.append((name, port))
+    proxies = ",".join(f"{{proxy{index}}}" for index in range(len(targets)))
+    netloc = (userinfo + "@" if userinfo else "") + proxies
     query = parts.query
     if scheme == "mongodb" and "directconnection" not in query.lower():
         # Else the driver follows the address the server announces, around the proxy.
         query = f"{query}&directConnection=true" if query else "directConnection=true"
-    return host, port, urlunsplit(parts._replace(netloc=netloc, query=query))
+    return targets, urlunsplit(parts._replace(netloc=netloc, query=query))
+
+
+class _Proxies:
+    """One `FaultProxy` per server of a URL, set to one mode together."""
+
+    def __init__(self, proxies: list[FaultProxy]) -> None:
+        self.proxies = proxies
+
+    @property
+    def mode(self) -> ProxyMode:
+        return self.proxies[0].mode
+
+    @mode.setter
+    def mode(self, mode: ProxyMode) -> None:
+        for proxy in self.proxies:
+            proxy.mode = mode
+
+    @property
+    def dropped_replies(self) -> int:
+        return sum(proxy.dropped_replies for proxy in self.proxies)
+
+    async def refuse(self) -> None:
+        for proxy in self.proxies:
+            await proxy.refuse()
 
 
 class WireFaultTests(SuiteBase):
-    def proxied_url(self, manager: SessionManager, proxy_port: int) -> str | None:
-        """*manager*'s URL rewritten to reach its server through ``127.0.0.1:proxy_port``,
-        or None if it cannot be (the clauses then skip, saying why). Override it for a
-        layout the kit cannot derive; see `wire_target`."""
+    def proxied_url(self, manager: SessionManager, proxy_ports: list[int]) -> str | None:
+        """*manager*'s URL rewritten to reach its servers through ``127.0.0.1:port``, one
+        port of *proxy_ports* per server of `wire_targets` in its order, or None if it
+        cannot be (the clauses then skip, saying why). Override it for a layout the kit
+        cannot derive."""
         found = _target(manager)
         if isinstance(found, str):
             return None
-        return found[2].replace("{proxy}", f"127.0.0.1:{proxy_port}")
+        url = found[1]
+        for index, port in enumerate(proxy_ports):
+            url = url.replace(f"{{proxy{index}}}", f"127.0.0.1:{port}")
+        return url
 
-    def wire_target(self, manager: SessionManager) -> tuple[str, int] | str:
-        """The (host, port) the proxy forwards to, or the reason there is none."""
+    def wire_targets(self, manager: SessionManager) -> list[tuple[str, int]] | str:
+        """The (host, port) of every server the manager talks to, each to get a proxy of
+        its own (a multi-host URL: one per host), or the reason there is none."""
         found = _target(manager)
-        return found if isinstance(found, str) else (found[0], found[1])
+        return found if isinstance(found, str) else found[0]
 
     @asynccontextmanager
     async def through_proxy(
         self, manager: SessionManager, **changes: Any
-    ) -> AsyncIterator[tuple[FaultProxy, SessionManager]]:
-        target = self.wire_target(manager)
-        if isinstance(target, str):
-            pytest.skip(f"no fault proxy for this backend: {target}")
-        async with FaultProxy(*target) as proxy:
-            url = self.proxied_url(manager, proxy.port)
+    ) -> AsyncIterator[tuple[_Proxies, SessionManager]]:
+        targets = self.wire_targets(manager)
+        if isinstance(targets, str):
+            pytest.skip(f"no fault proxy for this backend: {targets}")
+        async with contextlib.AsyncExitStack() as stack:
+            proxies = _Proxies(
+                [await stack.enter_async_context(FaultProxy(*target)) for target in targets]
+            )
+            url = self.proxied_url(manager, [proxy.port for proxy in proxies.proxies])
             if url is None:
                 pytest.skip("no fault proxy for this backend: proxied_url() returned None")
             merged = {**manager.options.model_dump(exclude_unset=True), **changes}
@@ -92,9 +143,9 @@ class WireFaultTests(SuiteBase):
             other.clock = manager.clock
             other.encryption = manager.encryption
             try:
-                yield proxy, other
+                yield proxies, other
             finally:
-                proxy.mode = ProxyMode.PASS
+                proxies.mode = ProxyMode.PASS
                 await _bounded(other.close(), 10, "close() after the faults")
 
     async def _expect_failure(
@@ -190,6 +241,68 @@ class WireFaultTests(SuiteBase):
             assert stored is not None
             assert [e.content for e in stored.events] == ["exactly-once"]
             assert stored.version == version + 1
+            await self.check_positions(manager, session_id, 1)
+
+    async def test_wire_one_lost_reply_save_lands_once(self, manager: SessionManager) -> None:
+        """A save whose one reply is lost (its request reached the server, then the
+        connection reset) either succeeds (re-sent by the backend itself) or raises
+        BackendUnavailableError and succeeds when retried: never a conflict with itself,
+        and it landed once (one version step, its event once)."""
+        async with self.through_proxy(manager) as (proxy, wired):
+            session_id = self.new_id()
+            session = await wired.create(session_id)
+            version = session.version
+            session.add_event("user", "once")
+            proxy.mode = ProxyMode.LOSE_NEXT_REPLY
+            try:
+                await _bounded(wired.save(session), WIRE_TIMEOUT + 10, "save() losing one reply")
+            except BackendUnavailableError:
+                proxy.mode = ProxyMode.PASS
+                await _bounded(wired.save(session), WIRE_TIMEOUT + 10, "save() retried")
+            except SessionConflictError as exc:
+                pytest.fail(
+                    "save() losing one reply raised SessionConflictError: its own write "
+                    "landed and was sent again as a new save (a re-send must carry the "
+                    f"save's token, and the backend recognise it): {exc}",
+                    pytrace=False,
+                )
+            assert proxy.dropped_replies >= 1, "no reply was lost: the clause proved nothing"
+            stored = await self.readback(manager, session_id)
+            assert stored is not None
+            assert [e.content for e in stored.events] == ["once"]
+            assert stored.version == version + 1, "the save took more than one version step"
+            await self.check_positions(manager, session_id, 1)
+
+    async def test_wire_one_lost_reply_update_applies_fn_once(
+        self, manager: SessionManager
+    ) -> None:
+        """update() whose save loses one reply on the wire applies its function once:
+        one event, one version step, and the call succeeds."""
+        async with self.through_proxy(manager) as (proxy, wired):
+            session_id = self.new_id()
+            version = (await wired.create(session_id)).version
+            calls = 0
+
+            def append(current: Session) -> None:
+                nonlocal calls
+                calls += 1
+                current.add_event("assistant", f"append-{calls}")
+                if calls == 1:
+                    proxy.mode = ProxyMode.LOSE_NEXT_REPLY  # the save's reply, not the load's
+
+            done = await _bounded(
+                wired.update(session_id, append, group=False),
+                WIRE_TIMEOUT + 10,
+                "update() losing one reply",
+            )
+            assert proxy.dropped_replies >= 1, "no reply was lost: the clause proved nothing"
+            stored = await self.readback(manager, session_id)
+            assert stored is not None
+            assert [e.content for e in stored.events] == ["append-1"], (
+                "update() applied its function again after one lost reply: the save "
+                "that landed was taken for a lost race"
+            )
+            assert calls == 1 and stored.version == version + 1 == done.version
             await self.check_positions(manager, session_id, 1)
 
     async def test_wire_refused_connection_is_backend_unavailable(

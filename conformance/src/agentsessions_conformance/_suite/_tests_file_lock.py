@@ -1,0 +1,138 @@
+"""A file engine's write lock held by another process: writes fail within the documented wait.
+
+The analogue, for an engine that is a file, of the frozen server on the wire: another
+process takes the database's write lock and keeps it. Every write must then give up
+within the engine's own lock wait (SQLite's ``busy_timeout``), not the call's whole
+deadline, write nothing, and work again once the lock is gone. The kit knows how to
+hold a SQLite file's lock; an adopter overrides `FileLockTests.write_lock_holder` for
+another file engine, or the clause skips with the reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from agentsessions import BackendUnavailableError, Session, SessionManager
+
+from ._base import SuiteBase
+
+#: The lock wait the clause sets, and what a write may take beyond it.
+LOCK_WAIT = 1.0
+SLACK = 1.0
+#: The deadline of the clause's manager: far past the lock wait, so a write that waits
+#: for its deadline instead of the lock wait is told apart.
+DEADLINE = 10.0
+
+# Takes SQLite's write lock (BEGIN IMMEDIATE), says so, and keeps it until stdin closes.
+_SQLITE_HOLDER = """
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("BEGIN IMMEDIATE")
+print("locked", flush=True)
+sys.stdin.read()
+conn.execute("ROLLBACK")
+"""
+
+
+def _sqlite_holder(manager: SessionManager) -> tuple[list[str], dict[str, Any]] | str:
+    try:
+        from agentsessions_sqlite import SQLiteSessionManager
+    except ImportError:
+        return "not a file engine the kit knows (override write_lock_holder)"
+    if not isinstance(manager, SQLiteSessionManager):
+        return "not a file engine the kit knows (override write_lock_holder)"
+    if manager.in_memory:
+        return "sqlite:///:memory: lives inside this process: no other process can lock it"
+    command = [sys.executable, "-c", _SQLITE_HOLDER, manager.path]
+    return command, {"busy_timeout": LOCK_WAIT, "timeout": DEADLINE}
+
+
+class FileLockTests(SuiteBase):
+    def write_lock_holder(self, manager: SessionManager) -> tuple[list[str], dict[str, Any]] | str:
+        """The command of a process that takes *manager*'s write lock (printing one line
+        once it holds it, keeping it until its stdin closes) and the options that set
+        the engine's lock wait to `LOCK_WAIT` seconds; or why there is none (a skip)."""
+        return _sqlite_holder(manager)
+
+    @contextlib.asynccontextmanager
+    async def _lock_held(self, command: list[str]) -> AsyncIterator[None]:
+        holder = await asyncio.create_subprocess_exec(
+            *command,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        try:
+            assert holder.stdout is not None
+            line = await asyncio.wait_for(holder.stdout.readline(), 20)
+            if not line:
+                error = await holder.stderr.read() if holder.stderr else b""
+                pytest.fail(f"the lock holder did not take the lock: {error.decode()[-500:]}")
+            yield
+        finally:
+            if holder.stdin is not None:
+                holder.stdin.close()
+            try:
+                await asyncio.wait_for(holder.wait(), 10)
+            except asyncio.TimeoutError:
+                holder.kill()
+                await holder.wait()
+
+    async def test_file_lock_held_by_another_process_fails_writes_within_the_wait(
+        self, manager: SessionManager
+    ) -> None:
+        """While another process holds the file's write lock, create, save, update and
+        delete each raise BackendUnavailableError within the engine's lock wait + 1 s
+        (not the call's deadline) and write nothing; once it lets go, the same manager
+        saves the same copy."""
+        found = self.write_lock_holder(manager)
+        if isinstance(found, str):
+            pytest.skip(f"no write lock to hold for this backend: {found}")
+        command, options = found
+        locked = manager.with_options(**options)
+        await locked.open()
+        try:
+            session_id, fresh_id = self.new_id(), self.new_id()
+            session = await locked.create(session_id, state={"n": 0})
+            version = session.version
+            session.add_event("user", "blocked")
+
+            def append(current: Session) -> None:
+                current.add_event("user", "from update")
+
+            calls: dict[str, Any] = {
+                "create": lambda: locked.create(fresh_id),
+                "save": lambda: locked.save(session),
+                "update": lambda: locked.update(session_id, append),
+                "delete": lambda: locked.delete(session_id),
+            }
+            async with self._lock_held(command):
+                for name, call in calls.items():
+                    started = time.monotonic()
+                    with pytest.raises(BackendUnavailableError) as caught:
+                        await asyncio.wait_for(call(), DEADLINE + 10)
+                    took = time.monotonic() - started
+                    assert took <= LOCK_WAIT + SLACK, (
+                        f"{name}() against a write lock held by another process raised "
+                        f"{type(caught.value).__name__} only after {took:.1f} s; the "
+                        f"engine's lock wait was {LOCK_WAIT:g} s (the deadline {DEADLINE:g} s)"
+                    )
+            stored = await self.readback(manager, session_id)
+            assert stored is not None, "delete() refused for the lock erased the session"
+            assert stored.version == version and stored.events == [], (
+                "a write refused for the lock was stored"
+            )
+            assert await self.readback(manager, fresh_id) is None
+            await locked.save(session)
+            stored = await self.readback(manager, session_id)
+            assert stored is not None
+            assert [e.content for e in stored.events] == ["blocked"]
+            assert stored.version == version + 1
+        finally:
+            await locked.close()
