@@ -251,6 +251,10 @@ class WireFaultTests(SuiteBase):
         async with self.through_proxy(manager) as (proxy, wired):
             session_id = self.new_id()
             session = await wired.create(session_id)
+            # One save of the same kind first: a driver that prepares a statement on its
+            # first use would otherwise lose the prepare's reply, before anything ran.
+            session.add_event("user", "before")
+            await wired.save(session)
             version = session.version
             session.add_event("user", "once")
             proxy.mode = ProxyMode.LOSE_NEXT_REPLY
@@ -269,9 +273,9 @@ class WireFaultTests(SuiteBase):
             assert proxy.dropped_replies >= 1, "no reply was lost: the clause proved nothing"
             stored = await self.readback(manager, session_id)
             assert stored is not None
-            assert [e.content for e in stored.events] == ["once"]
+            assert [e.content for e in stored.events] == ["before", "once"]
             assert stored.version == version + 1, "the save took more than one version step"
-            await self.check_positions(manager, session_id, 1)
+            await self.check_positions(manager, session_id, 2)
 
     async def test_wire_one_lost_reply_update_applies_fn_once(
         self, manager: SessionManager
@@ -280,7 +284,10 @@ class WireFaultTests(SuiteBase):
         one event, one version step, and the call succeeds."""
         async with self.through_proxy(manager) as (proxy, wired):
             session_id = self.new_id()
-            version = (await wired.create(session_id)).version
+            session = await wired.create(session_id)
+            session.add_event("user", "before")  # prepares the save's statement (see above)
+            await wired.save(session)
+            version = session.version
             calls = 0
 
             def append(current: Session) -> None:
@@ -298,12 +305,12 @@ class WireFaultTests(SuiteBase):
             assert proxy.dropped_replies >= 1, "no reply was lost: the clause proved nothing"
             stored = await self.readback(manager, session_id)
             assert stored is not None
-            assert [e.content for e in stored.events] == ["append-1"], (
+            assert [e.content for e in stored.events] == ["before", "append-1"], (
                 "update() applied its function again after one lost reply: the save "
                 "that landed was taken for a lost race"
             )
             assert calls == 1 and stored.version == version + 1 == done.version
-            await self.check_positions(manager, session_id, 1)
+            await self.check_positions(manager, session_id, 2)
 
     async def test_wire_refused_connection_is_backend_unavailable(
         self, manager: SessionManager

@@ -1,0 +1,138 @@
+"""Deliberately broken server backends (and a file engine) that the kit must catch.
+
+Each subclasses a real manager and breaks the narrowest thing: one Lua script's text,
+one re-send, one filter, one error rule. ``caught_by`` names the clauses that must fail
+on it; test_broken_server_backends.py runs exactly those on each, against the private
+servers, and the real manager the same clauses, which must pass.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from datetime import datetime
+from typing import Any, ClassVar
+
+from agentsessions import SessionError
+from agentsessions.backend import ErrorRule, SaveRequest
+from agentsessions_mongo import MongoSessionManager
+from agentsessions_postgres import PostgresSessionManager
+from agentsessions_postgres._manager import _CONNECTION_LOST
+from agentsessions_redis import RedisSessionManager, _scripts
+from agentsessions_sqlite import SQLiteSessionManager
+from agentsessions_sqlite._connection import is_busy
+
+__all__ = ["BROKEN_SERVERS", "REFERENCE_OF"]
+
+# The save script's token check: a save whose token is stored already landed.
+_TOKEN_CHECK = """local at = #ARGV[3] == 32 and string.find(tokens, ARGV[3], 1, true)
+while at do
+  if at % 32 == 1 then return 1 end
+  at = string.find(tokens, ARGV[3], at + 1, true)
+end
+"""
+assert _TOKEN_CHECK in _scripts.SAVE, "the SAVE script changed: update _TOKEN_CHECK"
+
+
+class RedisSaveWithoutTokenCheck(RedisSessionManager):
+    """The save script lacks its token check: a re-sent save (redis-py's own retry after
+    a dropped connection, or the caller's after an ambiguous failure) is a conflict."""
+
+    caught_by: ClassVar[frozenset[str]] = frozenset(
+        {
+            "test_lost_reply_save_retry_lands_exactly_once",
+            "test_lost_reply_update_applies_fn_once",
+            "test_lost_replies_one_after_another_each_land_once",
+            "test_wire_lost_reply_save_retry_lands_exactly_once",
+            "test_wire_one_lost_reply_save_lands_once",
+            "test_wire_one_lost_reply_update_applies_fn_once",
+        }
+    )
+
+    async def _new_link(self) -> Any:
+        link = await super()._new_link()
+        script = _scripts.SAVE.replace(_TOKEN_CHECK, "")
+        return dataclasses.replace(link, save=link.client.register_script(script))
+
+
+class PostgresSaveResentOnItsOwn(PostgresSessionManager):
+    """A save whose connection died is sent again by the backend itself, as a new save
+    (a fresh token): after a lost reply its own landed write makes it a conflict."""
+
+    caught_by: ClassVar[frozenset[str]] = frozenset(
+        {
+            "test_wire_one_lost_reply_save_lands_once",
+            "test_wire_one_lost_reply_update_applies_fn_once",
+        }
+    )
+
+    async def _save(self, request: SaveRequest, now: datetime) -> None:
+        try:
+            await super()._save(request, now)
+        except (*_CONNECTION_LOST, OSError):
+            # The bug: sent again on its own, as a save of its own (a new token).
+            await super()._save(dataclasses.replace(request, token=uuid.uuid4().hex), now)
+
+
+class _NoVersionFilter:
+    """A collection whose ``update_one`` drops the version out of its filter."""
+
+    def __init__(self, collection: Any) -> None:
+        self._collection = collection
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._collection, name)
+
+    async def update_one(self, query: dict[str, Any], update: Any, **kwargs: Any) -> Any:
+        # The lineage stamp carries the version too ("<lineage>:<version>").
+        query = {key: value for key, value in query.items() if key not in ("version", "lineage")}
+        return await self._collection.update_one(query, update, **kwargs)
+
+
+class MongoPublishWithoutVersionFilter(MongoSessionManager):
+    """The save's publish (one conditional update of the session document) matches the
+    session by id and incarnation only: two saves racing at one version both land."""
+
+    caught_by: ClassVar[frozenset[str]] = frozenset(
+        {
+            "test_concurrent_saves_exactly_one_lands",
+            "test_concurrent_saves_across_managers",
+        }
+    )
+
+    @property
+    def _sessions(self) -> Any:
+        return _NoVersionFilter(super()._sessions)
+
+
+def _lock_as_deadline(manager: SQLiteSessionManager, exc: Any) -> SessionError:
+    return manager._timed_out(f"the database stayed locked: {exc}")
+
+
+class SQLiteLockAsDeadline(SQLiteSessionManager):
+    """A lock held past busy_timeout is reported as a plain timeout, so update() takes
+    its outcome for unknown and re-sends until its whole deadline has passed."""
+
+    caught_by: ClassVar[frozenset[str]] = frozenset(
+        {"test_file_lock_held_by_another_process_fails_writes_within_the_wait"}
+    )
+    driver_errors = (
+        ErrorRule((Exception,), when=is_busy, build=_lock_as_deadline),
+        *SQLiteSessionManager.driver_errors[1:],
+    )
+
+
+#: Name -> broken manager class; name -> the real class it breaks.
+BROKEN_SERVERS: dict[str, type[Any]] = {
+    cls.__name__: cls
+    for cls in (
+        RedisSaveWithoutTokenCheck,
+        PostgresSaveResentOnItsOwn,
+        MongoPublishWithoutVersionFilter,
+        SQLiteLockAsDeadline,
+    )
+}
+REFERENCE_OF: dict[str, type[Any]] = {
+    name: next(base for base in cls.__mro__[1:] if base.__module__.startswith("agentsessions_"))
+    for name, cls in BROKEN_SERVERS.items()
+}
