@@ -16,6 +16,7 @@ import os
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
 
 import asyncpg
 import pytest
@@ -31,6 +32,7 @@ from agentsessions_conformance import Inventory, SessionManagerTests
 from agentsessions_postgres import PostgresSessionManager
 from agentsessions_postgres._schema import LATEST_VERSION, quote_ident
 from agentsessions_testservers import PostgresStandbyPair, ServerUnavailable, start_postgres_pair
+from conformance._run import assert_url_mode_green, run_url_mode
 from raw_inventories import postgres_inventory
 
 pytestmark = [pytest.mark.postgres]
@@ -138,6 +140,28 @@ class TestPostgresMultiHostConformance(SessionManagerTests):
 
     async def raw_inventory(self, manager: SessionManager, session_id: str) -> Inventory:
         return await postgres_inventory(manager, session_id)
+
+
+def test_url_mode_runs_every_clause_green(shared_pair: PostgresStandbyPair, tmp_path: Path) -> None:
+    """`agentsessions conformance URL` on the pair's multi-host URL: every clause, the wire
+    clauses through one fault proxy per host, with no adopter code."""
+    schema = _schema()
+    try:
+        run = run_url_mode(tmp_path, _with(shared_pair.url, schema=schema))
+        assert_url_mode_green(run, least=220)
+        assert run.report is not None
+        wire = {c["test"]: c["outcome"] for c in run.report["clauses"] if "_wire_" in c["test"]}
+        assert len(wire) >= 6 and set(wire.values()) == {"passed"}, wire
+    finally:
+        asyncio.run(_drop(shared_pair.url, schema))
+
+
+async def _drop(url: str, schema: str) -> None:
+    connection = await asyncpg.connect(url)
+    try:
+        await connection.execute(f"DROP SCHEMA IF EXISTS {quote_ident(schema)} CASCADE")
+    finally:
+        await connection.close()
 
 
 async def test_multi_host_url_writes_to_the_primary(shared_pair: PostgresStandbyPair) -> None:
