@@ -16,7 +16,15 @@ from typing import TYPE_CHECKING, Any
 from ._clock import FrozenClock
 from ._faults import WRITE_HOOKS, LostReplies, lost_replies
 from ._inventory import Inventory, memory_inventory, sqlite_inventory
-from ._plugins import INVENTORY_GROUP, InventoryHook, find_inventory, hookimpl
+from ._plugins import (
+    INVENTORY_GROUP,
+    InventoryHook,
+    WireRoute,
+    WireRouteHook,
+    find_inventory,
+    find_wire_route,
+    hookimpl,
+)
 from ._proxy import FaultProxy, ProxyMode
 from ._state import BackendInfo, ClauseResult
 from ._version import __version__
@@ -50,7 +58,10 @@ __all__ = [
     "SessionManagerTests",
     "WRITE_HOOKS",
     "__version__",
+    "WireRoute",
+    "WireRouteHook",
     "find_inventory",
+    "find_wire_route",
     "hookimpl",
     "lost_replies",
     "memory_inventory",

@@ -24,7 +24,10 @@ if TYPE_CHECKING:
 __all__ = [
     "INVENTORY_GROUP",
     "InventoryHook",
+    "WireRoute",
+    "WireRouteHook",
     "find_inventory",
+    "find_wire_route",
     "hookimpl",
     "hookspec",
 ]
@@ -36,12 +39,24 @@ hookimpl = pluggy.HookimplMarker(INVENTORY_GROUP)
 
 #: ``async (manager, session_id) -> Inventory``: what the storage clauses call.
 InventoryHook = Callable[["SessionManager", str], Awaitable["Inventory"]]
+#: The (host, port) of every server a manager talks to, and the function from one proxy
+#: port per server (in that order) to the URL that reaches them all through the proxies;
+#: or why there is none (a string).
+WireRoute = tuple[list[tuple[str, int]], Callable[[list[int]], str]] | str
+#: ``async (opened manager) -> WireRoute``: how the wire clauses put a proxy before every
+#: server of a deployment whose clients follow addresses the servers announce.
+WireRouteHook = Callable[["SessionManager"], Awaitable[WireRoute]]
 
 
 class _Specs:
     @hookspec(firstresult=True)
     def agentsessions_conformance_inventory(self, manager: SessionManager) -> InventoryHook | None:
         """*manager*'s storage inventory if it is this plugin's backend, else None."""
+
+    @hookspec(firstresult=True)
+    def agentsessions_conformance_wire_route(self, manager: SessionManager) -> WireRouteHook | None:
+        """How to route *manager*'s traffic through the kit's fault proxies, if this
+        plugin's backend needs more than the URL's hosts rewritten, else None."""
 
 
 class _Builtin:
@@ -85,4 +100,11 @@ def find_inventory(manager: SessionManager) -> InventoryHook | None:
     """The registered storage inventory for *manager*'s backend, or None if none is."""
     hook: Any = _plugins().hook.agentsessions_conformance_inventory
     found: InventoryHook | None = hook(manager=manager)
+    return found
+
+
+def find_wire_route(manager: SessionManager) -> WireRouteHook | None:
+    """The registered wire route for *manager*'s backend, or None (the URL's hosts do)."""
+    hook: Any = _plugins().hook.agentsessions_conformance_wire_route
+    found: WireRouteHook | None = hook(manager=manager)
     return found

@@ -570,3 +570,55 @@ async def test_more_concurrent_calls_than_redis_pys_default_pool_all_succeed(
             else limited.client.get_nodes()[0].max_connections
         )
         assert pool_size == 7
+
+
+# -- address_map ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["10.0.0.5:6379", "10.0.0.5=127.0.0.1:1", "a:1=b:99999", "a:x=b:1", "=b:1"],
+)
+def test_a_malformed_address_map_is_refused_at_connect(value: str) -> None:
+    with pytest.raises(InvalidOptionError, match="address_map"):
+        connect("redis+cluster://127.0.0.1:7000", address_map=value)
+
+
+def test_address_map_is_refused_on_one_server() -> None:
+    with pytest.raises(InvalidOptionError, match="only to redis\\+cluster:// and redis\\+sentinel"):
+        connect("redis://127.0.0.1:6379/0?address_map=10.0.0.5:6379=127.0.0.1:6379")
+
+
+def test_address_map_parses_announced_to_reachable() -> None:
+    from agentsessions_redis._options import parse_address_map
+
+    assert parse_address_map("10.0.0.5:6379=127.0.0.1:16379, [::1]:7000=127.0.0.1:7001") == {
+        ("10.0.0.5", 6379): ("127.0.0.1", 16379),
+        ("::1", 7000): ("127.0.0.1", 7001),
+    }
+
+
+async def test_a_cluster_is_reached_through_the_address_map(
+    redis_cluster_url: str,
+) -> None:
+    """Every node announced, mapped to an address that refuses: the client follows the map
+    (so the map is what routes the kit's fault proxies), and says it cannot connect."""
+    async with connect(redis_cluster_url) as manager:
+        assert isinstance(manager, RedisSessionManager)
+        nodes = [(node.host, node.port) for node in manager.client.get_nodes()]
+    from agentsessions_testservers import free_port
+
+    dead = free_port()
+    address_map = ",".join(f"{host}:{port}=127.0.0.1:{dead}" for host, port in nodes)
+    mapped = connect(redis_cluster_url, address_map=address_map, timeout=3)
+    assert isinstance(mapped, RedisSessionManager)
+    try:
+        with pytest.raises(BackendUnavailableError):
+            await _open_and_create(mapped)
+    finally:
+        await mapped.close()
+
+
+async def _open_and_create(manager: RedisSessionManager) -> None:
+    await manager.open()
+    await manager.create("s")

@@ -30,6 +30,7 @@ from redis.backoff import NoBackoff
 
 __all__ = [
     "CLUSTER_SCHEMES",
+    "AddressMap",
     "SENTINEL_PARAMS",
     "SENTINEL_SCHEMES",
     "SOCKET_SCHEMES",
@@ -44,6 +45,8 @@ SOCKET_SCHEMES = ("redis+unix", "unix")
 #: Query parameters meant for the Sentinels rather than the data nodes.
 SENTINEL_PARAMS = ("sentinel_username", "sentinel_password")
 _DEFAULT_PORT = 6379
+#: Announced (host, port) -> the (host, port) to connect to instead.
+AddressMap = dict[tuple[str, int], tuple[str, int]]
 _DEFAULT_SENTINEL_PORT = 26379
 
 
@@ -116,16 +119,22 @@ _SENTINEL_REPR = re.compile(
 
 
 class _Sentinel(Sentinel):
-    """redis-py's Sentinel client, with a readable error when no Sentinel names a primary."""
+    """redis-py's Sentinel client, with a readable error when no Sentinel names a primary,
+    and the primary reached where the address map says (the Sentinels announce it)."""
+
+    def __init__(self, *args: Any, address_map: AddressMap, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call]
+        self.address_map = address_map
 
     async def discover_master(self, service_name: str) -> Any:
         try:
-            return await super().discover_master(service_name)
+            found = await super().discover_master(service_name)
         except MasterNotFoundError as exc:
             raise MasterNotFoundError(_SENTINEL_REPR.sub(r"\1:\2", str(exc))) from None
+        return self.address_map.get((found[0], int(found[1])), found)
 
 
-def _sentinel_client(url: str, settings: dict[str, Any]) -> Redis:
+def _sentinel_client(url: str, settings: dict[str, Any], address_map: AddressMap) -> Redis:
     """The primary's client for a Sentinel URL; redis-py finds the primary, and again
     after a failover (a connection to a demoted primary is dropped on READONLY)."""
     parts = parse_server_url(url, multi_host=True)
@@ -161,23 +170,29 @@ def _sentinel_client(url: str, settings: dict[str, Any]) -> Redis:
         node_settings["ssl"] = True
         sentinel_settings["ssl"] = True
         sentinel_settings.update({k: v for k, v in node_settings.items() if k.startswith("ssl_")})
-    manager = _Sentinel(sentinels, sentinel_kwargs=sentinel_settings)  # type: ignore[no-untyped-call]
+    manager = _Sentinel(sentinels, sentinel_kwargs=sentinel_settings, address_map=address_map)
     client: Redis = manager.master_for(service, **node_settings)
     return client
 
 
-def make_client(url: str, settings: dict[str, Any]) -> Redis | RedisCluster:
-    """The client for *url*; *settings* are redis-py keyword arguments (timeouts, pool)."""
+def make_client(
+    url: str, settings: dict[str, Any], address_map: AddressMap | None = None
+) -> Redis | RedisCluster:
+    """The client for *url*; *settings* are redis-py keyword arguments (timeouts, pool);
+    *address_map* where to reach the nodes a Cluster or the Sentinels announce."""
     scheme = urlsplit(url).scheme.lower()
     if scheme in CLUSTER_SCHEMES:
         first, nodes = split_cluster_url(url)
+        remap = dict(address_map or {})
         return RedisCluster.from_url(
             first,
             startup_nodes=[ClusterNode(host, port) for host, port in nodes[1:]],
+            # redis-py's own hook: every address the cluster announces goes through it.
+            address_remap=(lambda found: remap.get(found, found)) if remap else None,
             **settings,
         )
     if scheme in SENTINEL_SCHEMES:
-        return _sentinel_client(url, settings)
+        return _sentinel_client(url, settings, dict(address_map or {}))
     if scheme in SOCKET_SCHEMES:
         url = "unix://" + url.partition("://")[2]
     return Redis.from_url(url, **settings)

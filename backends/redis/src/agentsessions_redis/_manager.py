@@ -66,9 +66,9 @@ from redis.backoff import ExponentialWithJitterBackoff
 from redis.commands.core import AsyncScript
 
 from . import _diagnosis, _scripts
-from ._client import CLUSTER_SCHEMES, check_url, make_client
+from ._client import CLUSTER_SCHEMES, SENTINEL_SCHEMES, check_url, make_client
 from ._keys import KeyLayout, global_member, split_global_member
-from ._options import DRIVER_QUERY_PARAMS, RedisOptions
+from ._options import DRIVER_QUERY_PARAMS, RedisOptions, parse_address_map
 
 __all__ = ["RedisSessionManager"]
 
@@ -186,6 +186,10 @@ class RedisSessionManager(SessionManager):
             # WAIT counts the replicas of the node the connection talks to, and a write
             # here may span several nodes: not supported rather than half-true.
             raise InvalidOptionError("option 'wait_replicas' is not supported in a Redis Cluster")
+        if self.options.address_map and not (self.cluster or scheme in SENTINEL_SCHEMES):
+            raise InvalidOptionError(
+                "option 'address_map' applies only to redis+cluster:// and redis+sentinel:// URLs"
+            )
         self.db = check_url(url)  # a malformed URL fails at connect(), not at first use
         self.keys = KeyLayout(self.options.namespace)
         # redis-py's connections belong to the loop that opened them: one client
@@ -264,7 +268,8 @@ class RedisSessionManager(SessionManager):
             _UNBOUNDED_POOL if o.max_connections is None else o.max_connections
         )
         try:
-            client = make_client(self._url, settings)
+            address_map = o.address_map and parse_address_map(o.address_map)
+            client = make_client(self._url, settings, address_map or None)
         except (ValueError, TypeError, redis_errors.RedisClusterException) as exc:
             reason = scrub_secret(str(exc), self._url)
             raise InvalidOptionError(f"cannot use {self.url}: {reason}") from None

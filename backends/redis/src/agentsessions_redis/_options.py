@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from agentsessions.backend import ManagerOptions, PoolSize, Timeout
-from pydantic import Field
+from pydantic import Field, field_validator
 
-__all__ = ["DRIVER_QUERY_PARAMS", "RedisOptions"]
+__all__ = ["DRIVER_QUERY_PARAMS", "RedisOptions", "parse_address_map"]
 
 #: redis-py's own URL parameters: they stay in the URL, parsed as redis-py documents them.
 DRIVER_QUERY_PARAMS = frozenset(
@@ -64,3 +64,35 @@ class RedisOptions(ManagerOptions):
         description="seconds a write waits for wait_replicas acknowledgements (at most "
         "what is left of the call's timeout)",
     )
+    address_map: str | None = Field(
+        default=None,
+        description="announced=reachable host:port pairs, comma-separated: where to reach "
+        "a node a Cluster or the Sentinels announce under another address (NAT, a proxy); "
+        "redis+cluster:// and redis+sentinel:// only",
+    )
+
+    @field_validator("address_map")
+    @classmethod
+    def _check_address_map(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_address_map(value)
+        return value
+
+
+def _address(text: str) -> tuple[str, int]:
+    host, colon, port = text.strip().rpartition(":")
+    host = host.strip("[]")
+    if not colon or not host or not (port.isascii() and port.isdigit()) or int(port) > 65535:
+        raise ValueError(f"{text.strip()!r} is not host:port")
+    return host, int(port)
+
+
+def parse_address_map(text: str) -> dict[tuple[str, int], tuple[str, int]]:
+    """``"10.0.0.5:6379=127.0.0.1:16379,..."`` as {announced: reachable}."""
+    pairs: dict[tuple[str, int], tuple[str, int]] = {}
+    for item in text.split(","):
+        announced, equals, reachable = item.partition("=")
+        if not equals:
+            raise ValueError(f"{item.strip()!r} is not announced=reachable (host:port=host:port)")
+        pairs[_address(announced)] = _address(reachable)
+    return pairs

@@ -1,10 +1,12 @@
 """Faults on the wire, through the kit's `FaultProxy`: frozen, reset, lost replies, refused.
 
-For a backend whose URL names one host:port the kit rewrites the URL to go through a
-proxy on loopback by itself (`WireFaultTests.proxied_url`); an adopter overrides that
-hook for another layout, or returns None from it (with `wire_faults_skip_reason`) to
-declare the capability absent, which shows as a skip. Every call here has a short
-``timeout`` so a frozen server costs seconds, not the default deadline.
+The kit puts one proxy before every server the manager talks to: for a URL that names
+its hosts it rewrites each host:port (`WireFaultTests.wire_targets`, `proxied_url`); a
+distribution whose clients follow addresses the servers announce (a Redis Cluster or
+Sentinel deployment) registers a wire route instead (`agentsessions_conformance_wire_route`).
+An adopter overrides `WireFaultTests.wire_route` for another layout, or returns the
+reason there is none, which shows as a skip. Every call here has a short ``timeout`` so
+a frozen server costs seconds, not the default deadline.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -26,6 +28,7 @@ from agentsessions import (
     SessionManager,
 )
 
+from .._plugins import find_wire_route
 from .._proxy import FaultProxy, ProxyMode
 from ._base import SuiteBase
 
@@ -123,23 +126,41 @@ class WireFaultTests(SuiteBase):
         found = _target(manager)
         return found if isinstance(found, str) else found[0]
 
+    async def wire_route(
+        self, manager: SessionManager
+    ) -> tuple[list[tuple[str, int]], Callable[[list[int]], str | None]] | str:
+        """The servers to put a proxy before and the URL through the proxies (from their
+        ports, in that order), or why there is none: the route *manager*'s distribution
+        registers (`agentsessions_conformance_wire_route`: a Redis Cluster or Sentinel
+        deployment, whose clients follow the addresses the servers announce), else
+        `wire_targets` and `proxied_url`. Override it for full control."""
+        registered = find_wire_route(manager)
+        if registered is not None:
+            return await registered(manager)
+        targets = self.wire_targets(manager)
+        if isinstance(targets, str):
+            return targets
+        return targets, lambda ports: self.proxied_url(manager, ports)
+
     @asynccontextmanager
     async def through_proxy(
         self, manager: SessionManager, **changes: Any
     ) -> AsyncIterator[tuple[_Proxies, SessionManager]]:
-        targets = self.wire_targets(manager)
-        if isinstance(targets, str):
-            pytest.skip(f"no fault proxy for this backend: {targets}")
+        route = await self.wire_route(manager)
+        if isinstance(route, str):
+            pytest.skip(f"no fault proxy for this backend: {route}")
+        targets, proxied = route
         async with contextlib.AsyncExitStack() as stack:
             proxies = _Proxies(
                 [await stack.enter_async_context(FaultProxy(*target)) for target in targets]
             )
-            url = self.proxied_url(manager, [proxy.port for proxy in proxies.proxies])
+            url = proxied([proxy.port for proxy in proxies.proxies])
             if url is None:
                 pytest.skip("no fault proxy for this backend: proxied_url() returned None")
             merged = {**manager.options.model_dump(exclude_unset=True), **changes}
             merged["timeout"] = changes.get("timeout", WIRE_TIMEOUT)
-            other = type(manager)(url, manager.parse_options(merged))
+            # from_url: a route may add options of its own to the URL (Redis's address_map).
+            other = type(manager).from_url(url, **merged)
             other.clock = manager.clock
             other.encryption = manager.encryption
             try:
