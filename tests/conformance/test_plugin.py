@@ -108,13 +108,16 @@ def test_url_mode_runs_whole_suite_on_memory(tmp_path: Path) -> None:
     assert "test_unrelated" not in run.output
     assert run.report is not None
     # Skipped for what memory lacks: persistence, an event size limit, a network (the
-    # wire faults), a password and a database in its URL (the error mapping); and for
-    # what it has: branching (the clause for backends without it).
+    # wire faults), a file (its write lock), a password and a database in its URL (the
+    # error mapping); and for what it has: branching (the clause for backends without it).
     wire = {
         "test_wire_frozen_server_times_out_then_recovers",
         "test_wire_reset_is_backend_unavailable_then_recovers",
         "test_wire_lost_reply_save_retry_lands_exactly_once",
+        "test_wire_one_lost_reply_save_lands_once",
+        "test_wire_one_lost_reply_update_applies_fn_once",
         "test_wire_refused_connection_is_backend_unavailable",
+        "test_file_lock_held_by_another_process_fails_writes_within_the_wait",
     }
     errors = {
         "test_wrong_password_is_backend_authentication_error",
