@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from agentsessions import (
+    BackendLockedError,
     BackendReadOnlyError,
     BackendTimeoutError,
     InvalidInputError,
@@ -31,11 +32,16 @@ class Counting(MemorySessionManager):
         super().__init__(url, options)
         self.saves = 0
         self.refuse_writes = False
+        self.locked = False
+        self.attempts = 0  # saves sent, landed or not
 
     async def _save(self, request: SaveRequest, now: datetime) -> None:
         await asyncio.sleep(0.001)
+        self.attempts += 1
         if self.refuse_writes:
             raise BackendReadOnlyError(self.url, "a standby")
+        if self.locked:
+            raise self._locked_out(0.5, "another process holds the write lock")
         await super()._save(request, now)
         self.saves += 1  # saves that landed
 
@@ -217,6 +223,22 @@ async def test_read_only_fails_every_call_of_the_group_at_once() -> None:
         )
         assert all(isinstance(o, BackendReadOnlyError) for o in outcomes), outcomes
         manager.refuse_writes = False
+        assert (await manager.get("s")).events == []
+
+
+@pytest.mark.parametrize("group", [True, False])
+async def test_a_lock_held_elsewhere_fails_update_at_once(group: bool) -> None:
+    """BackendLockedError means nothing was written: update() raises it after one save,
+    instead of re-sending it until its deadline as it would an unknown outcome."""
+    async with Counting() as manager:
+        await manager.create("s")
+        manager.locked = True
+        calls = [manager.update("s", _appender(str(i)), group=group) for i in range(3)]
+        outcomes = await asyncio.gather(*calls, return_exceptions=True)
+        assert all(isinstance(o, BackendLockedError) for o in outcomes), outcomes
+        assert "update() gave up after waiting 0.5 s for a lock" in str(outcomes[0])
+        assert manager.attempts <= 3  # one save per group (or per call), never re-sent
+        manager.locked = False
         assert (await manager.get("s")).events == []
 
 
