@@ -10,12 +10,24 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
+from agentsessions import connect
+from agentsessions_conformance import find_wire_route
+from agentsessions_redis._conformance import redis_wire_route
 from conformance._run import assert_url_mode_green, run_url_mode
 
 
 def _namespaced(url: str) -> str:
     # A fresh namespace: the machine's Redis may be shared with other runs.
     return f"{url}{'&' if '?' in url else '?'}namespace=kit_url_{uuid.uuid4().hex[:12]}"
+
+
+def test_the_registered_wire_route_serves_cluster_and_sentinel_urls(
+    redis_url: str, redis_cluster_url: str, redis_sentinel_url: str
+) -> None:
+    # Found through the entry point, as the wire clauses find it; nothing connects.
+    assert find_wire_route(connect(redis_cluster_url)) is redis_wire_route
+    assert find_wire_route(connect(redis_sentinel_url)) is redis_wire_route
+    assert find_wire_route(connect(redis_url)) is None  # one server: its URL is rewritten
 
 
 def test_url_mode_runs_every_clause_green(redis_url: str, tmp_path: Path) -> None:
