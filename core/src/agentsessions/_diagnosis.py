@@ -239,7 +239,8 @@ def encryption_at_rest(
 
     *client_side* is the manager's ``encryption`` option; *server_on* what the server
     reports of its own encryption at rest (None: it cannot tell, or refused to say),
-    described by *found*; *fix* names the server's setting that turns it on.
+    described by *found*; *fix* names the server's setting that turns it on, or (when
+    *server_on* is None) how to let the server tell.
     """
     if client_side:
         return finding(
@@ -259,7 +260,8 @@ def encryption_at_rest(
             "whether the server's files are encrypted cannot be read from it: on a disk "
             "that is not, a copied disk, snapshot or file-level backup exposes the "
             "conversations",
-            f"check that the server's disk is encrypted, or {disk}, or encrypt on the "
+            (f"{fix}; " if fix else "")
+            + f"check that the server's disk is encrypted, or {disk}, or encrypt on the "
             "client: connect(url, encryption=Keyring(...))",
         )
     return finding(

@@ -242,5 +242,6 @@ def test_encryption_at_rest_on_recorded_replies() -> None:
     unread = judge(Readings(None, None, None, None))
     assert (unread.severity, "refused" in unread.found) == ("info", True)
     assert "cannot be read" in unread.consequence
+    assert "clusterMonitor" in unread.fix
     mongos = judge(Readings({"process": "mongos"}, {}, None, (7, 0, 14)), {"msg": "isdbgrid"})
     assert (mongos.severity, "mongos" in mongos.found) == ("info", True)

@@ -161,6 +161,10 @@ def server_encryption(readings: Readings, hello: Mapping[str, Any], client_side:
     section = _section(readings.status, "encryptionAtRest")
     started = _section(readings.options, "security", "enableEncryption")
     on: bool | None
+    fix = (
+        "run MongoDB Enterprise (or Percona Server for MongoDB) with --enableEncryption "
+        "and a KMIP-held key"
+    )
     if isinstance(section, Mapping) and section.get("encryptionEnabled") is True:
         cipher = section.get("encryptionCipherMode", "?")
         on, found = True, f"the server encrypts its files (encryptionAtRest, {cipher})"
@@ -168,18 +172,13 @@ def server_encryption(readings: Readings, hello: Mapping[str, Any], client_side:
         on, found = True, "the server was started with security.enableEncryption"
     elif hello.get("msg") == "isdbgrid":
         on, found = None, "a mongos: the shards' encryption at rest is not read through it"
+        fix = "run the doctor against each shard's replica set"
     elif readings.status is None and readings.options is None:
         on, found = None, "serverStatus and getCmdLineOpts were refused: not read"
+        fix = _ROLE.format("serverStatus and getCmdLineOpts")
     else:
         on, found = False, "the server does not encrypt its files (no encryptionAtRest)"
-    return encryption_at_rest(
-        "mongo.encryption_at_rest",
-        client_side,
-        on,
-        found,
-        "run MongoDB Enterprise (or Percona Server for MongoDB) with --enableEncryption "
-        "and a KMIP-held key",
-    )
+    return encryption_at_rest("mongo.encryption_at_rest", client_side, on, found, fix)
 
 
 def replica_set(hello: Mapping[str, Any]) -> Finding:

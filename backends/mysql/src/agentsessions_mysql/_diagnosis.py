@@ -135,7 +135,7 @@ def encryption(
     """
     if encrypted is None:
         tables = variables.get("innodb_encrypt_tables") or variables.get(
-            "default_table_encryption", "?"
+            "default_table_encryption", "unknown"
         )
         return encryption_at_rest(
             "mysql.encryption_at_rest",
@@ -143,6 +143,7 @@ def encryption(
             None,
             "the tablespaces' encryption could not be read (information_schema refused); "
             f"the default for new tables: {tables}",
+            "grant the doctor's user PROCESS (the tablespace views need it)",
         )
     clear = [table for table in TABLES if not encrypted.get(table, False)]
     logs = [("redo log", ("innodb_encrypt_log", "innodb_redo_log_encrypt"))]
@@ -154,10 +155,11 @@ def encryption(
         if not any(_on(variables.get(name, "OFF")) for name in names)
     ]
     if clear:
-        default = variables.get("innodb_encrypt_tables", variables.get("default_table_encryption"))
-        found = f"not encrypted: {', '.join(clear)}" + (
-            f" (innodb_encrypt_tables = {default})" if default is not None else ""
-        )
+        found = f"not encrypted: {', '.join(clear)}"
+        for name in ("innodb_encrypt_tables", "default_table_encryption"):
+            if name in variables:
+                found += f" ({name} = {variables[name]})"
+                break
     else:
         found = f"the session tables are encrypted ({', '.join(TABLES)})"
         if clear_logs:
