@@ -217,6 +217,8 @@ def test_server_journaling_on_recorded_replies() -> None:
     assert (refused.severity, "getCmdLineOpts" in refused.found) == ("info", True)
     unread = judge(Readings(WIRED_TIGER, PACKAGED, None, (5, 0, 31)), majority, THREE)
     assert (unread.severity, "replSetGetConfig" in unread.found) == ("info", True)
+    mongos = judge(Readings({"process": "mongos"}, {}, None, (7, 0, 14)), {}, {"msg": "isdbgrid"})
+    assert (mongos.severity, "mongos" in mongos.found) == ("info", True)
 
 
 async def test_encryption_at_rest_from_both_sides(on_disk: ManagedServer) -> None:

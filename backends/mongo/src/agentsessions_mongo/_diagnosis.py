@@ -103,6 +103,15 @@ def server_journal(
     readings: Readings, concern: Mapping[str, Any], hello: Mapping[str, Any]
 ) -> Finding:
     """``mongo.server_journal``: whether the server journals what it acknowledges."""
+    if hello.get("msg") == "isdbgrid":
+        return finding(
+            "mongo.server_journal",
+            "info",
+            "a mongos: the shards' journaling is not read through it",
+            "a shard started with --nojournal (before MongoDB 6.1) loses the saves since "
+            "its last checkpoint on a crash",
+            "run the doctor against each shard's replica set",
+        )
     enabled = _section(readings.options, "storage", "journal", "enabled")
     if _false(enabled):
         return finding(
