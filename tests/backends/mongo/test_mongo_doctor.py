@@ -17,6 +17,7 @@ import pytest
 from agentsessions import Diagnosis, Finding, connect
 from agentsessions_mongo._diagnosis import (
     Readings,
+    journal,
     replica_set,
     server_encryption,
     server_journal,
@@ -138,6 +139,25 @@ async def test_journaling_turned_off_is_a_warning(mongo_url: str) -> None:
     sep = "&" if "?" in mongo_url else "?"
     found = by_check(await diagnose(f"{mongo_url}{sep}journal=false"))
     assert found["mongo.journal"].severity == "warning"
+
+
+async def test_w1_without_j_waits_for_no_journal_flush(mongo_url: str) -> None:
+    sep = "&" if "?" in mongo_url else "?"
+    found = by_check(await diagnose(f"{mongo_url}{sep}w=1"))["mongo.journal"]
+    assert found.severity == "info"
+    # SecantusDB answers getParameter without the value: the default is named instead.
+    assert "journalCommitInterval" in found.found
+    found = by_check(await diagnose(f"{mongo_url}{sep}w=1&journal=true"))["mongo.journal"]
+    assert (found.severity, found.found) == ("ok", "journaled: j=true")
+
+
+def test_journal_on_recorded_readings() -> None:
+    standalone = journal({}, STANDALONE, 100)
+    assert standalone.severity == "info"
+    assert "journalCommitInterval = 100 ms" in standalone.found
+    assert journal({}, THREE, None).severity == "ok"  # the default: majority since 5.0
+    assert journal({"w": "majority"}, THREE, 100).severity == "ok"
+    assert journal({"w": 1}, THREE, 50).severity == "info"
 
 
 def test_write_concern_on_recorded_replica_sets() -> None:

@@ -1,7 +1,7 @@
 """The MongoDB doctor's checks: the storage engine, journaling on both sides, write
 concern against the replica set's state, encryption at rest and the TTL index, read from
-``hello``, ``serverStatus``, ``getCmdLineOpts``, ``replSetGetConfig``, ``buildInfo`` and
-the collection's indexes.
+``hello``, ``serverStatus``, ``getCmdLineOpts``, ``replSetGetConfig``, ``buildInfo``,
+``getParameter`` and the collection's indexes.
 
 A command the server refuses (the user lacks the clusterMonitor role, or a
 MongoDB-compatible server does not implement it) is read as unknown: its checks say so
@@ -49,6 +49,8 @@ class Readings:
     config: Mapping[str, Any] | None
     #: ``buildInfo``'s ``versionArray``.
     version: tuple[int, ...] | None
+    #: ``getParameter``'s ``journalCommitInterval`` (milliseconds).
+    commit_interval: int | None = None
 
 
 def _section(document: Mapping[str, Any] | None, *path: str) -> Any:
@@ -254,8 +256,14 @@ def write_concern(document: Mapping[str, Any], hello: Mapping[str, Any]) -> Find
     )
 
 
-def journal(document: Mapping[str, Any]) -> Finding:
-    """``mongo.journal``: ``j=false`` acknowledges writes before they reach the journal."""
+def journal(
+    document: Mapping[str, Any], hello: Mapping[str, Any], commit_interval: int | None
+) -> Finding:
+    """``mongo.journal``: whether the write concern waits for the journal.
+
+    *commit_interval* is the server's ``journalCommitInterval`` in milliseconds (None:
+    unread), how long an acknowledged but unjournaled save may wait for the disk.
+    """
     if document.get("j") is False:
         return finding(
             "mongo.journal",
@@ -265,10 +273,29 @@ def journal(document: Mapping[str, Any]) -> Finding:
             "primary loses it",
             "remove j=false from the URL (or set journal=true)",
         )
+    if document.get("j") is True:
+        return finding("mongo.journal", "ok", "journaled: j=true")
+    w = document.get("w")
+    replicated = hello.get("setName") is not None or hello.get("msg") == "isdbgrid"
+    if w == 1 or (w is None and not replicated):
+        interval = (
+            f"journalCommitInterval = {commit_interval} ms"
+            if commit_interval is not None
+            else "journalCommitInterval unread, 100 ms by default"
+        )
+        return finding(
+            "mongo.journal",
+            "info",
+            f"w=1 without j: a save is acknowledged before the journal's next flush ({interval})",
+            "a crash of the server loses the saves acknowledged since the last flush",
+            "put journal=true in the URL (each save then waits for its journal flush)",
+        )
+    said = f"w={w}" if w is not None else "the server's default write concern"
     return finding(
         "mongo.journal",
         "ok",
-        "journaled: j=true" if document.get("j") else "the server's journaling default",
+        f"{said} without j: whether it waits for the journal is the server's setting "
+        "(mongo.server_journal)",
     )
 
 
@@ -291,7 +318,7 @@ def ttl_index(indexes: Sequence[Mapping[str, Any]]) -> Finding:
     )
 
 
-async def _read(link: Link, command: str) -> dict[str, Any] | None:
+async def _read(link: Link, command: str | dict[str, Any]) -> dict[str, Any] | None:
     """The reply to *command*, or None if the server refused it (privilege, or unknown)."""
     try:
         reply: dict[str, Any] = await link.client.admin.command(command)
@@ -307,11 +334,14 @@ async def read(link: Link, hello: Mapping[str, Any]) -> Readings:
     config = await _read(link, "replSetGetConfig") if hello.get("setName") else None
     build = await _read(link, "buildInfo")
     version = _section(build, "versionArray")
+    parameter = await _read(link, {"getParameter": 1, "journalCommitInterval": 1})
+    interval = _section(parameter, "journalCommitInterval")
     return Readings(
         status,
         _section(options, "parsed") if options is not None else None,
         _section(config, "config"),
         tuple(int(part) for part in version) if isinstance(version, list) else None,
+        int(interval) if isinstance(interval, (int, float)) else None,
     )
 
 
@@ -328,7 +358,7 @@ async def diagnose(link: Link, client_side: bool) -> list[Finding]:
     out = [
         replica_set(hello),
         write_concern(concern, hello),
-        journal(concern),
+        journal(concern, hello, readings.commit_interval),
         storage_engine(readings, hello),
         server_journal(readings, concern, hello),
         server_encryption(readings, hello, client_side),
