@@ -1,14 +1,16 @@
 """The MongoDB doctor on the test server (TTL index, journaling), on private SecantusDB
 servers in memory and on disk (the storage engine, encryption at rest both ways through
-the client's encryption), and on recorded replies for what SecantusDB cannot be made to
-report: replica sets of three, ``--nojournal``, ``writeConcernMajorityJournalDefault:
-false``, the Encrypted Storage Engine, a user refused the monitoring commands.
+the client's encryption, a user without the clusterMonitor role), and on recorded
+replies for what SecantusDB cannot be made to report: replica sets of three,
+``--nojournal``, ``writeConcernMajorityJournalDefault: false``, the Encrypted Storage
+Engine, ``getCmdLineOpts`` refused on a server that could still run without a journal.
 
 The recorded replies are shaped as MongoDB's manual and server source give them (only
 the fields the checks read, and their neighbours)."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -267,3 +269,35 @@ def test_encryption_at_rest_on_recorded_replies() -> None:
     assert "clusterMonitor" in unread.fix
     mongos = judge(Readings({"process": "mongos"}, {}, None, (7, 0, 14)), {"msg": "isdbgrid"})
     assert (mongos.severity, "mongos" in mongos.found) == ("info", True)
+
+
+async def _add_user(url: str) -> None:
+    client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(url)
+    try:
+        roles = ["readWrite"]  # enough for sessions, not for serverStatus & co.
+        await client.get_default_database().command("createUser", "app", pwd="apppw", roles=roles)
+    finally:
+        await client.close()
+
+
+def test_a_user_refused_the_monitoring_commands_gets_info_not_a_crash() -> None:
+    # Real: SecantusDB with --auth enforces MongoDB's roles. The user is made before
+    # auth is on (SecantusDB has no localhost exception), then the server restarts.
+    with _start(persistent=True) as started:
+        asyncio.run(_add_user(started.url))
+        started.stop()
+        started.processes[0].argv.append("--auth")  # type: ignore[attr-defined]
+        started.start()
+        url = started.url.replace("mongodb://", "mongodb://app:apppw@", 1)
+        found = by_check(asyncio.run(diagnose(url)))
+    engine = found["mongo.storage_engine"]
+    assert (engine.severity, engine.found) == (
+        "info",
+        "serverStatus was refused: the storage engine could not be read",
+    )
+    assert "clusterMonitor" in engine.fix
+    encrypted = found["mongo.encryption_at_rest"]
+    assert (encrypted.severity, "were refused" in encrypted.found) == ("info", True)
+    journaled = found["mongo.server_journal"]
+    assert (journaled.severity, "replSetGetConfig was refused" in journaled.found) == ("info", True)
+    assert found["mongo.ttl_index"].severity == "ok"  # the rest of the run went on
