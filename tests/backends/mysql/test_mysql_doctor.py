@@ -2,7 +2,8 @@
 ``SET GLOBAL`` (or a start option) and reported, and a well-configured server quiet.
 Encryption at rest both ways for real: a MariaDB that encrypts its tables and logs with
 the file_key_management plugin and a key generated here, and one that does not; MySQL
-8's variables and a refused tablespace view on recorded readings.
+8's variables on recorded readings; a user without PROCESS, refused the tablespace
+views, for real.
 
 Never the shared server: its settings belong to the other tests."""
 
@@ -219,3 +220,31 @@ def test_encryption_judged_on_recorded_readings() -> None:
     found = encryption(maria, None, log_bin=True, client_side=False)
     assert (found.severity, "could not be read" in found.found) == ("info", True)
     assert found.fix.startswith("grant the doctor's user PROCESS")
+
+
+async def _grant_all_but_process(url: str) -> None:
+    """A user 'app' with every privilege on the test database, none on the server."""
+    connection = await asyncmy.connect(**connect_arguments(url), autocommit=True)
+    try:
+        async with connection.cursor() as cursor:
+            # The private server starts with --skip-grant-tables: this turns grants on.
+            await cursor.execute("FLUSH PRIVILEGES")
+            await cursor.execute("CREATE USER 'app'@'127.0.0.1' IDENTIFIED BY 'apppw'")
+            await cursor.execute(
+                "GRANT ALL PRIVILEGES ON agentsessions_test.* TO 'app'@'127.0.0.1'"
+            )
+    finally:
+        connection.close()
+
+
+def test_a_user_without_process_is_told_what_could_not_be_read() -> None:
+    with _start() as started:
+        asyncio.run(_grant_all_but_process(started.url))
+        url = started.url.replace("mysql://root@", "mysql://app:apppw@", 1)
+        found = by_check(asyncio.run(diagnose(url)))
+    encrypted = found["mysql.encryption_at_rest"]
+    assert encrypted.severity == "info"
+    assert encrypted.found.startswith("the tablespaces' encryption could not be read")
+    assert encrypted.found.endswith("the default for new tables: OFF")
+    assert encrypted.fix.startswith("grant the doctor's user PROCESS")
+    assert found["mysql.schema_version"].severity == "ok"  # the rest of the run went on
