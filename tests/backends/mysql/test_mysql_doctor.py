@@ -181,6 +181,16 @@ def test_a_server_encrypting_tables_and_logs(tmp_path: Path) -> None:
     assert found.found == f"the session tables are encrypted ({', '.join(TABLES)})"
 
 
+def test_encrypted_tables_with_the_binary_log_in_clear(tmp_path: Path) -> None:
+    # The last of a repeated option wins: everything encrypted but the binary log.
+    with _encrypting(tmp_path / "keys.txt", "--encrypt-binlog=OFF") as started:
+        found = by_check(asyncio.run(diagnose(started.url)))["mysql.encryption_at_rest"]
+    assert found.severity == "info"
+    assert found.found.endswith(
+        "but not the binary log (encrypt_binlog = OFF): recent saves sit there in clear"
+    )
+
+
 async def test_a_server_that_does_not_encrypt(server: ManagedServer) -> None:
     found = by_check(await diagnose(server.url))["mysql.encryption_at_rest"]
     assert found.severity == "info"
