@@ -174,8 +174,10 @@ def _encrypting(keys: Path, *extra: str) -> ManagedServer:
     )
 
 
-def test_a_server_encrypting_tables_and_logs(tmp_path: Path) -> None:
-    with _encrypting(tmp_path / "keys.txt") as started:
+# With innodb_file_per_table off the tables live in the (encrypted) system tablespace.
+@pytest.mark.parametrize("layout", [(), ("--innodb-file-per-table=OFF",)], ids=["own", "system"])
+def test_a_server_encrypting_tables_and_logs(tmp_path: Path, layout: tuple[str, ...]) -> None:
+    with _encrypting(tmp_path / "keys.txt", *layout) as started:
         found = by_check(asyncio.run(diagnose(started.url)))["mysql.encryption_at_rest"]
     assert found.severity == "ok"
     assert found.found == f"the session tables are encrypted ({', '.join(TABLES)})"

@@ -322,7 +322,9 @@ async def _read(link: Link, command: str | dict[str, Any]) -> dict[str, Any] | N
     """The reply to *command*, or None if the server refused it (privilege, or unknown)."""
     try:
         reply: dict[str, Any] = await link.client.admin.command(command)
-    except OperationFailure:
+    except OperationFailure as exc:
+        if exc.timeout:
+            raise  # the server is slow, not refusing: the call's deadline decides
         return None
     return reply
 

@@ -49,11 +49,15 @@ ENCRYPTION_SETTINGS = (
 )
 #: The tables that hold session contents.
 TABLES = ("agentsessions_sessions", "agentsessions_events", "agentsessions_archive")
-# Each server's view of its tablespaces' encryption, as rows (name 'db/table', encrypted):
-# MariaDB lists only tablespaces that carry encryption data (a missing one is clear).
+# Each server's view of its tables' encryption, as rows ('db/table', encrypted), through
+# the tablespace each table is in (its own, or the system tablespace when
+# innodb_file_per_table is off). MariaDB lists only tablespaces that carry encryption
+# data: a table whose tablespace is missing there is in clear (NULL).
 _TABLESPACES = (
-    "SELECT NAME, ENCRYPTION_SCHEME <> 0 FROM information_schema.INNODB_TABLESPACES_ENCRYPTION",
-    "SELECT NAME, ENCRYPTION = 'Y' FROM information_schema.INNODB_TABLESPACES",
+    "SELECT t.NAME, e.ENCRYPTION_SCHEME <> 0 FROM information_schema.INNODB_SYS_TABLES t "
+    "LEFT JOIN information_schema.INNODB_TABLESPACES_ENCRYPTION e ON e.SPACE = t.SPACE",
+    "SELECT t.NAME, s.ENCRYPTION = 'Y' FROM information_schema.INNODB_TABLES t "
+    "LEFT JOIN information_schema.INNODB_TABLESPACES s ON s.SPACE = t.SPACE",
 )
 _ENCRYPTION_FIX = (
     "MariaDB: load a key management plugin (file_key_management, "
@@ -176,7 +180,7 @@ def encryption(
 
 
 async def _encrypted_tables(fetch: Any) -> dict[str, bool] | None:
-    """Whether each of our tables' tablespaces is encrypted, by the first view the server has."""
+    """Whether each of our tables' tablespace is encrypted, by the first view the server has."""
     database = (await fetch("SELECT DATABASE()"))[0][0]
     for sql in _TABLESPACES:
         try:
