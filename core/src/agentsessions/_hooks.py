@@ -541,8 +541,9 @@ class BackendHooks(abc.ABC):
 
         Read the settings that decide whether the engine keeps what it acknowledged
         (durability, eviction, replication, schema version, the clock: see
-        `agentsessions.backend.clock_skew`) and return one finding per check, "ok" ones
-        included. Read-only: change no setting; write at most one probe key or row in
+        `agentsessions.backend.clock_skew`; encryption at rest: see
+        `agentsessions.backend.encryption_at_rest`) and return one finding per check,
+        "ok" ones included. Read-only: change no setting; write at most one probe key or row in
         the manager's namespace and remove it. The default says the backend has none.
 
         Raises:

@@ -873,7 +873,7 @@ class MongoSessionManager(SessionManager):
         return [record_of({**doc, "state": ""}).summary() for doc in docs]
 
     async def _diagnose(self, now: datetime) -> list[Finding]:
-        return await _diagnosis.diagnose(self._links.current())
+        return await _diagnosis.diagnose(self._links.current(), self.encryption is not None)
 
     async def _purge_expired(self, now: datetime) -> int:
         """Delete expired sessions with their events, then events no session owns (see

@@ -293,7 +293,9 @@ class MySQLSessionManager(SessionManager):
     async def _diagnose(self, now: datetime) -> list[Finding]:
         async with self._connection() as connection:
             fetch = partial(_fetch, connection, args=())
-            return await _diagnosis.diagnose(fetch, MIN_PACKET, self.options.max_pool_size)
+            return await _diagnosis.diagnose(
+                fetch, MIN_PACKET, self.options.max_pool_size, self.encryption is not None
+            )
 
     # -- schema -------------------------------------------------------------------------
 

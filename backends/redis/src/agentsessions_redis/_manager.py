@@ -298,7 +298,8 @@ class RedisSessionManager(SessionManager):
         )
 
     async def _diagnose(self, now: datetime) -> list[Finding]:
-        return await _diagnosis.diagnose(self.client, self.options.ttl, self.options.wait_replicas)
+        found = await _diagnosis.diagnose(self.client, self.options.ttl, self.options.wait_replicas)
+        return [*found, _diagnosis.encryption(self.encryption is not None)]
 
     # -- one session --------------------------------------------------------------------
 
