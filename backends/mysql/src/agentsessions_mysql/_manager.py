@@ -2,10 +2,10 @@
 
 Round trips: a load is one packet (a read-only transaction with one consistent
 snapshot holding the record's select and the events' select); a create is one
-insert. A save, a compaction, a restore and the deletes are one transaction each:
-the session row is read ``FOR UPDATE`` (the optimistic lock: the version, lineage
-and save tokens are checked in Python while the row is locked), then the row is
-updated and the events written, then COMMIT. MySQL has no data-modifying CTE, so a
+insert. A save, a compaction, a rewind, a fork, a restore and the deletes are one
+transaction each: the session row is read ``FOR UPDATE`` (the optimistic lock: the
+version, lineage and save token are checked in Python while the row is locked), then
+the row is updated and the events written, then COMMIT. MySQL has no data-modifying CTE, so a
 conditional write in one statement is not available.
 
 Deadlines: every call runs under the manager's deadline, which cancels it. A
@@ -40,7 +40,6 @@ from agentsessions import (
     SessionSummary,
 )
 from agentsessions.backend import (
-    TOKENS_KEPT,
     Capabilities,
     CompactRequest,
     ErrorRule,
@@ -72,6 +71,7 @@ from ._schema import (
     LATEST_VERSION,
     MIGRATIONS,
     STATEMENTS,
+    TOKEN_BYTES,
     VERSION_TABLE,
     Guarded,
     in_list,
@@ -493,17 +493,16 @@ class MySQLSessionManager(SessionManager):
         now: datetime,
     ) -> tuple[int, bytes] | None:
         """Lock the session row and check *request* against it: its first position and
-        the tokens to store, or None when the token is stored (the save landed before)."""
-        found = await tx.fetch(STATEMENTS.lock_session, key)
+        the token to store, or None when the token is stored (the save landed before)."""
+        token = request.token.encode()
+        found = await tx.fetch(STATEMENTS.lock_for_write, (token, token, *key))
         if found:
             version, lineage, expires, first, tokens = found[0]
-            token = request.token.encode()
-            kept = [bytes(tokens[i : i + 32]) for i in range(0, len(tokens), 32)]
-            if token and token in kept:
+            if tokens is not None and token in _tokens(bytes(tokens)):
                 return None
             if not _expired(expires, now):
                 if request.expects(int(version), _text(lineage)):
-                    return int(first), b"".join([token, *kept][:TOKENS_KEPT])
+                    return int(first), token
                 raise refused(
                     request,
                     live=True,
@@ -521,7 +520,7 @@ class MySQLSessionManager(SessionManager):
             locked = await self._locked(tx, key, request, now)
             if locked is None:
                 return
-            first, tokens = locked
+            first, token = locked
             await tx.execute(
                 STATEMENTS.update_saved,
                 (
@@ -530,7 +529,7 @@ class MySQLSessionManager(SessionManager):
                     to_micros(record.updated_at),
                     expires,
                     record.event_count,
-                    tokens,
+                    token,
                     record.lineage,
                     *key,
                 ),
@@ -549,7 +548,7 @@ class MySQLSessionManager(SessionManager):
             locked = await self._locked(tx, key, request, now)
             if locked is None:
                 return
-            first, tokens = locked
+            first, token = locked
             cut = first + request.replaced  # the first stored position that stays
             new_first = cut - len(request.new_events)
             if request.archive:
@@ -568,7 +567,7 @@ class MySQLSessionManager(SessionManager):
                     to_micros(request.updated_at),
                     expires,
                     request.event_count,
-                    tokens,
+                    token,
                     new_first,
                     request.lineage,
                     *key,
@@ -635,7 +634,7 @@ class MySQLSessionManager(SessionManager):
             locked = await self._locked(tx, key, request, now)
             if locked is None:
                 return
-            first, tokens = locked
+            first, token = locked
             cut = first + request.keep  # the first stored position dropped
             if request.archive:
                 await tx.execute(
@@ -649,7 +648,7 @@ class MySQLSessionManager(SessionManager):
                     to_micros(request.updated_at),
                     expires,
                     request.event_count,
-                    tokens,
+                    token,
                     request.lineage,
                     *key,
                 ),
@@ -749,6 +748,11 @@ class MySQLSessionManager(SessionManager):
 
 def _expired(expires_at: int | None, now: datetime) -> bool:
     return expires_at is not None and int(expires_at) <= to_micros(now)
+
+
+def _tokens(stored: bytes) -> list[bytes]:
+    """The save tokens a session row holds, newest first."""
+    return [stored[i : i + TOKEN_BYTES] for i in range(0, len(stored), TOKEN_BYTES)]
 
 
 def _bytes(value: str | None) -> bytes | None:

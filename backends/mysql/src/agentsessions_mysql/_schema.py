@@ -26,10 +26,13 @@ from dataclasses import dataclass, fields
 from functools import lru_cache
 from typing import NamedTuple
 
+from agentsessions.backend import TOKENS_KEPT
+
 __all__ = [
     "LATEST_VERSION",
     "MIGRATIONS",
     "STATEMENTS",
+    "TOKEN_BYTES",
     "VERSION_TABLE",
     "Guarded",
     "Statements",
@@ -160,9 +163,18 @@ class Statements:
             fork_version, fork_event)
         VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
     """
-    # ns, id: the row, locked, as a save, compaction or replacement reads it.
+    # ns, id: the row, locked, as a replacement reads it.
     lock_session: str = """
-        SELECT version, lineage, expires_at, first_position, save_tokens
+        SELECT version, lineage, expires_at, first_position
+        FROM agentsessions_sessions WHERE namespace = %s AND session_id = %s FOR UPDATE
+    """
+    # token, token, ns, id: the row, locked, as a save, compaction or rewind reads it.
+    # The stored tokens come back only when the request's token occurs in them (the
+    # caller then checks it is one of them): a save neither reads nor sends them, it
+    # prepends its token in the UPDATE ({_TOKENS_BYTES}: the last TOKENS_KEPT tokens).
+    lock_for_write: str = """
+        SELECT version, lineage, expires_at, first_position,
+               IF(%s <> '' AND LOCATE(%s, save_tokens) > 0, save_tokens, NULL)
         FROM agentsessions_sessions WHERE namespace = %s AND session_id = %s FOR UPDATE
     """
     # user, state, version, created, updated, expires, count, lineage, fork source,
@@ -179,11 +191,11 @@ class Statements:
         "DELETE FROM agentsessions_archive WHERE namespace = %s AND session_id = %s"
     )
 
-    # -- save: state, version, updated, expires, count, tokens, lineage, ns, id --
+    # -- save: state, version, updated, expires, count, token, lineage, ns, id --
     update_saved: str = """
         UPDATE agentsessions_sessions
         SET state = %s, version = %s, updated_at = %s, expires_at = %s, event_count = %s,
-            save_tokens = %s, lineage = %s
+            save_tokens = LEFT(CONCAT(%s, save_tokens), {_TOKENS_BYTES}), lineage = %s
         WHERE namespace = %s AND session_id = %s
     """
     # ns, id, first stored position to delete
@@ -191,11 +203,12 @@ class Statements:
         DELETE FROM agentsessions_events
         WHERE namespace = %s AND session_id = %s AND position >= %s
     """
-    # -- compaction: version, updated, expires, count, tokens, first position, lineage --
+    # -- compaction: version, updated, expires, count, token, first position, lineage --
     update_compacted: str = """
         UPDATE agentsessions_sessions
         SET version = %s, updated_at = %s, expires_at = %s, event_count = %s,
-            save_tokens = %s, first_position = %s, lineage = %s
+            save_tokens = LEFT(CONCAT(%s, save_tokens), {_TOKENS_BYTES}),
+            first_position = %s, lineage = %s
         WHERE namespace = %s AND session_id = %s
     """
     # ns, id, end (exclusive) of the replaced stored positions
@@ -209,11 +222,11 @@ class Statements:
         SELECT namespace, session_id, %s, position - %s, data FROM agentsessions_events
         WHERE namespace = %s AND session_id = %s AND position < %s
     """
-    # -- rewind: version, updated, expires, count, tokens, lineage, ns, id --
+    # -- rewind: version, updated, expires, count, token, lineage, ns, id --
     update_rewound: str = """
         UPDATE agentsessions_sessions
         SET version = %s, updated_at = %s, expires_at = %s, event_count = %s,
-            save_tokens = %s, lineage = %s
+            save_tokens = LEFT(CONCAT(%s, save_tokens), {_TOKENS_BYTES}), lineage = %s
         WHERE namespace = %s AND session_id = %s
     """
     # version, first stored position (logical 0), ns, id, first dropped stored position
@@ -307,17 +320,24 @@ class Statements:
     """
 
 
+#: A save token's length (`agentsessions.backend` makes them 32 hex characters).
+TOKEN_BYTES = 32
+
+
 def _filled() -> Statements:
-    """The statements with the shared fragments in place of their ``{...}`` marks."""
+    """The statements with the shared fragments in place of their ``{...}`` marks, and
+    their runs of white space made single spaces (fewer bytes to send and parse; no
+    statement holds a literal with white space in it)."""
     marks = {
         "{_LIVE}": _LIVE,
+        "{_TOKENS_BYTES}": str(TOKENS_KEPT * TOKEN_BYTES),
     }
     filled = {}
     for field in fields(Statements):
         text = getattr(Statements, field.name)
         for mark, fragment in marks.items():
             text = text.replace(mark, fragment)
-        filled[field.name] = text
+        filled[field.name] = " ".join(text.split())
     return Statements(**filled)
 
 

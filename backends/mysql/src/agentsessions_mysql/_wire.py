@@ -62,11 +62,12 @@ class Batch:
 
     def __init__(self, connection: Connection) -> None:
         self.connection = connection
+        self._quoting = connection.cursor()  # mogrify only: one for the whole transaction
         self._pending: list[str] = ["START TRANSACTION"]
         self._size = 0
 
     def _text(self, sql: str, args: Sequence[Any]) -> str:
-        return self.connection.cursor().mogrify(sql, tuple(args)).strip()
+        return self._quoting.mogrify(sql, tuple(args))
 
     async def fetch(self, sql: str, args: Sequence[Any]) -> list[tuple[Any, ...]]:
         """Send what is pending and *sql*; the rows *sql* returned."""
