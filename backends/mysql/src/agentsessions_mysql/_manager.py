@@ -2,11 +2,13 @@
 
 Round trips: a load is one packet (a read-only transaction with one consistent
 snapshot holding the record's select and the events' select); a create is one
-insert. A save, a compaction, a rewind, a fork, a restore and the deletes are one
-transaction each: the session row is read ``FOR UPDATE`` (the optimistic lock: the
-version, lineage and save token are checked in Python while the row is locked), then
-the row is updated and the events written, then COMMIT. MySQL has no data-modifying CTE, so a
-conditional write in one statement is not available.
+insert. A save, a compaction, a rewind, a restore and the deletes are one transaction
+each: the session row is read ``FOR UPDATE`` (the optimistic lock: the version, lineage
+and save token are checked in Python while the row is locked), then the row is updated
+and the events written, then COMMIT. A fork is one transaction too: the source row read
+``LOCK IN SHARE MODE``, the new row inserted, the events copied by ``INSERT ... SELECT``.
+MySQL has no data-modifying CTE, so a conditional write in one statement is not
+available.
 
 Deadlines: every call runs under the manager's deadline, which cancels it. A
 connection left with a statement in flight is closed at once, and the statement is
