@@ -170,6 +170,37 @@ async def test_a_migration_applied_but_not_recorded_is_recorded_not_reapplied(
     assert versions == [(1,), (2,)]
 
 
+async def test_the_server_keeps_the_last_32_save_tokens(fresh_database_url: str) -> None:
+    """The UPDATE prepends each save's token on the server and keeps 32 of them: after
+    40 saves the row holds exactly 32 distinct 32-byte tokens, the newest first."""
+    async with connect(fresh_database_url) as manager:
+        session = await manager.create("tokens")
+        for turn in range(40):
+            session.add_event("user", f"turn {turn}")
+            await manager.save(session)
+        ((stored,),) = await _rows(
+            fresh_database_url,
+            "SELECT save_tokens FROM agentsessions_sessions WHERE session_id = %s",
+            b"tokens",
+        )
+        assert isinstance(stored, bytes) and len(stored) == 32 * 32
+        tokens = [stored[i : i + 32] for i in range(0, len(stored), 32)]
+        assert len(set(tokens)) == 32
+        assert all(len(token) == 32 and bytes.fromhex(token.decode()) for token in tokens)
+        # One more save lands and moves the oldest out; what was written reads back.
+        session.add_event("user", "last")
+        await manager.save(session)
+        ((after,),) = await _rows(
+            fresh_database_url,
+            "SELECT save_tokens FROM agentsessions_sessions WHERE session_id = %s",
+            b"tokens",
+        )
+        assert isinstance(after, bytes)
+        assert len(after) == 32 * 32 and after[32:] == stored[:-32]
+        loaded = await manager.get("tokens")
+        assert loaded is not None and len(loaded.events) == 41
+
+
 async def test_a_newer_schema_is_refused(fresh_database_url: str) -> None:
     async with connect(fresh_database_url) as manager:
         await manager.get("x")
