@@ -140,17 +140,16 @@ async def test_layout_tail_then_buckets_json_text(
     assert Event.model_validate_json(doc["tail"][1]).content == {"n": 1, "$k.e": "x\\x00y"}
     assert await raw_db[events_name].count_documents({"session": "layout"}) == 0
 
-    # A save the tail cannot hold seals it: tail and new events go to full buckets.
+    # A save the tail cannot hold seals it: tail and new events go to a full bucket,
+    # and what is left over starts the next tail.
     for index in range(3, 3 + SEAL):
         session.add_event("user", {"n": index})
     await mongo.save(session)
     doc = await raw_db[sessions_name].find_one({"_id": "layout"})
-    assert doc is not None and doc["tail"] == [] and doc["tail_start"] == 3 + SEAL
+    assert doc is not None and doc["tail_start"] == BUCKET_EVENTS
+    assert len(doc["tail"]) == 3 + SEAL - BUCKET_EVENTS
     buckets = await raw_db[events_name].find({"session": "layout"}).sort("pos", 1).to_list(None)
-    assert [(bucket["pos"], len(bucket["data"])) for bucket in buckets] == [
-        (0, BUCKET_EVENTS),
-        (BUCKET_EVENTS, 3 + SEAL - BUCKET_EVENTS),
-    ]
+    assert [(bucket["pos"], len(bucket["data"])) for bucket in buckets] == [(0, BUCKET_EVENTS)]
     assert Event.model_validate_json(buckets[0]["data"][1]).content == {"n": 1, "$k.e": "x\\x00y"}
     # Appends go to the tail again; every reader sees one history.
     session.add_event("user", {"n": 3 + SEAL})
@@ -213,8 +212,9 @@ async def test_killed_seal_is_invisible_and_cleaned_by_next_seal(
         session.add_event("user", f"lost{index}")
     with pytest.raises(RuntimeError, match="killed"):
         await mongo.save(session)
-    assert kill_after_insert == [2]  # two buckets
-    assert await raw_positions(raw_db, mongo, "killed") == list(range(SEAL))  # leftovers...
+    assert kill_after_insert == [1]  # one full bucket (the last event was for the tail)
+    leftovers = list(range(BUCKET_EVENTS))
+    assert await raw_positions(raw_db, mongo, "killed") == leftovers  # leftovers...
 
     for reader in (mongo, await _fresh(mongo)):
         stored = await reader.get("killed")
@@ -227,7 +227,7 @@ async def test_killed_seal_is_invisible_and_cleaned_by_next_seal(
     assert stored is not None
     stored.add_event("user", "next")
     await mongo.save(stored)
-    assert await raw_positions(raw_db, mongo, "killed") == sorted([0, *range(SEAL)])
+    assert await raw_positions(raw_db, mongo, "killed") == sorted([0, *leftovers])
     # ...and the next seal, which lands on the same position, moves to a fresh
     # generation, whose publish sweeps them.
     for index in range(BUCKET_EVENTS):
@@ -265,8 +265,8 @@ async def test_cancelled_seal_is_invisible_and_cleaned(
         await task
     monkeypatch.setattr(MongoSessionManager, "_insert", original)
 
-    # The tail's "a", and the cancelled seal's buckets (which copied it).
-    assert await raw_positions(raw_db, mongo, "cancelled") == sorted([0, *range(SEAL)])
+    # The tail's "a", and the cancelled seal's bucket (which copied it).
+    assert await raw_positions(raw_db, mongo, "cancelled") == sorted([0, *range(BUCKET_EVENTS)])
     stored = await (await _fresh(mongo)).get("cancelled")
     assert stored is not None and contents(stored) == ["a"] and stored.version == 2
     tail = await mongo.get("cancelled", last_events=5)
@@ -283,9 +283,10 @@ async def test_cancelled_seal_is_invisible_and_cleaned(
 async def test_killed_rewrite_is_invisible_and_cleaned_by_next_rewrite(
     mongo: MongoSessionManager, raw_db: RawDb
 ) -> None:
+    history = 2 * BUCKET_EVENTS
     session = await mongo.create("rewrite")
-    session.events = [Event(author="user", content=i) for i in range(SEAL)]
-    await mongo.save(session)  # sealed: two buckets, an empty tail
+    session.events = [Event(author="user", content=i) for i in range(history)]
+    await mongo.save(session)  # sealed: two full buckets, an empty tail
     original = MongoSessionManager._insert
 
     async def insert_then_die(self: MongoSessionManager, docs: list[dict[str, Any]]) -> bool:
@@ -293,14 +294,15 @@ async def test_killed_rewrite_is_invisible_and_cleaned_by_next_rewrite(
         raise RuntimeError("killed rewrite")
 
     # A rewrite (replace the last event, in the second bucket) killed between its insert
-    # and its publish: it wrote that bucket again, under a fresh generation.
+    # and its publish: it wrote that whole bucket again, under a fresh generation.
     session.events[-1] = Event(author="user", content="edited")
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(MongoSessionManager, "_insert", insert_then_die)
         with pytest.raises(RuntimeError, match="killed rewrite"):
             await mongo.save(session)
-    kept = list(range(SEAL))
-    assert await raw_positions(raw_db, mongo, "rewrite") == sorted([*kept, SEAL - 1])
+    kept = list(range(history))
+    dead = list(range(BUCKET_EVENTS, history))
+    assert await raw_positions(raw_db, mongo, "rewrite") == sorted(kept + dead)
     stored = await (await _fresh(mongo)).get("rewrite")
     assert stored is not None and contents(stored) == kept and stored.version == 2
 
@@ -308,14 +310,14 @@ async def test_killed_rewrite_is_invisible_and_cleaned_by_next_rewrite(
     # sees nor trips over them (and, to stay O(new events), does not look for them)...
     stored.add_event("user", "appended")
     await mongo.save(stored)
-    assert await raw_positions(raw_db, mongo, "rewrite") == sorted([*kept, SEAL - 1, SEAL])
+    assert await raw_positions(raw_db, mongo, "rewrite") == sorted([*kept, history, *dead])
     # ...the next save that publishes a new generation sweeps every dead document.
-    stored.events[SEAL - 2] = Event(author="user", content="edited again")
+    stored.events[history - 2] = Event(author="user", content="edited again")
     await mongo.save(stored)
     final = await (await _fresh(mongo)).get("rewrite")
     assert final is not None
-    assert contents(final) == [*range(SEAL - 2), "edited again", SEAL - 1, "appended"]
-    assert await raw_positions(raw_db, mongo, "rewrite") == list(range(SEAL + 1))
+    assert contents(final) == [*range(history - 2), "edited again", history - 1, "appended"]
+    assert await raw_positions(raw_db, mongo, "rewrite") == list(range(history + 1))
 
     assert await mongo.delete("rewrite")
     assert await raw_positions(raw_db, mongo, "rewrite") == []
@@ -361,7 +363,8 @@ async def test_two_saves_that_both_wrote_events_one_wins_cleanly(
     monkeypatch.setattr(MongoSessionManager, "_insert", pausing_insert)
     paused_task = asyncio.create_task(paused_manager.save(mine))
     await inserted.wait()
-    assert len(await raw_positions(raw_db, paused_manager, "race")) == 1 + SEAL
+    # The tail's "base", and the paused seal's bucket (which copied it).
+    assert len(await raw_positions(raw_db, paused_manager, "race")) == 1 + BUCKET_EVENTS
 
     if first_to_publish == "other":
         await other_manager.save(theirs)
@@ -424,13 +427,15 @@ async def test_many_rewrites_keep_segments_bounded(
     turns = manager_module.MAX_SEGMENTS + 4
     for turn in range(turns):
         session.events.extend(Event(author="user", content=turn) for _ in range(SEAL))
-        await mongo.save(session)  # sealed: a full bucket and one of a single event
-        # Edit the turn's last answer: a rewrite into a fresh generation from its
-        # bucket's start, which adds a segment each time.
-        session.events[-1] = Event(author="user", content=f"edited{turn}")
+        await mongo.save(session)  # a full bucket sealed, one event in the tail
+        # Edit the turn's last sealed event: a rewrite into a fresh generation from
+        # its bucket's start, which adds a segment each time.
+        session.events[-2] = Event(author="user", content=f"edited{turn}")
         await mongo.save(session)
     expected = [
-        content for turn in range(turns) for content in [*([turn] * BUCKET_EVENTS), f"edited{turn}"]
+        content
+        for turn in range(turns)
+        for content in [*([turn] * (BUCKET_EVENTS - 1)), f"edited{turn}", turn]
     ]
     stored = await (await _fresh(mongo)).get("edits")
     assert stored is not None and contents(stored) == expected
@@ -481,7 +486,7 @@ async def test_create_over_expired_and_purge_reclaim_events(
     await short.save(session)
     gone = await short.create("ttl-monitor", "u")
     gone.events = [Event(author="user", content=i) for i in range(SEAL)]
-    await short.save(gone)  # sealed: its events are buckets, not the session's tail
+    await short.save(gone)  # sealed: a full bucket, and one event in the tail
     clock.advance(61)
     assert await short.get("old") is None
 
@@ -491,7 +496,7 @@ async def test_create_over_expired_and_purge_reclaim_events(
 
     # What MongoDB's TTL monitor does: it deletes the session document, not its buckets.
     await raw_db[collections(short)[0]].delete_one({"_id": "ttl-monitor"})
-    assert await raw_positions(raw_db, short, "ttl-monitor") == list(range(SEAL))
+    assert await raw_positions(raw_db, short, "ttl-monitor") == list(range(BUCKET_EVENTS))
     assert await short.purge_expired() == 0
     assert await raw_positions(raw_db, short, "ttl-monitor") == []
 

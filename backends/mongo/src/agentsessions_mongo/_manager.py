@@ -2,34 +2,37 @@
 
 How a save stays atomic without a transaction
 ---------------------------------------------
-A save may write thousands of event documents but must land whole or not at all, on a
+A save may write thousands of events but must land whole or not at all, on a
 standalone server (no transactions there) as well as on a replica set. So there is ONE
-code path, correct on both, and it needs no transaction:
+code path, correct on both, and it needs no transaction. The newest events live in the
+session document itself (its *tail*); older ones in bucket documents (see `_buckets`):
 
-1. write the new events first, as documents no reader will take: they carry a
-   *generation* that does not own their positions yet (appends use the session's
-   current generation at positions >= event_count, which readers never read; a save
-   that rewrites history uses a fresh generation);
+1. write the new buckets first, as documents no reader will take: they carry a
+   *generation* that does not own their positions yet (a seal of the tail uses the
+   session's current generation at positions >= tail_start, which readers never take
+   from buckets; a save that rewrites history uses a fresh generation). An append that
+   fits the tail writes nothing here;
 2. publish with one conditional update of the session document, matched on
-   ``{_id, version: expected, incarnation}``: it raises the version, sets the event
+   ``{_id, version: expected, incarnation}``: it raises the version, pushes the
+   appended events onto the tail (or replaces the tail after a seal), sets the event
    count and, for a rewrite, records which generation owns which range of positions
    (``segments``). This single-document write is atomic on every deployment, and it
    is the only moment anything becomes visible;
 3. if the update matched nothing, another save won (or the session is gone): delete
-   this attempt's own documents (by its ``writer`` id) and raise.
+   this attempt's own buckets (by its ``writer`` id) and raise.
 
-Readers read the session document, then only the (generation, position range) pairs
-it publishes, so the events of a loser, of a save killed between steps 1 and 2, or of
-history a rewrite replaced, are never seen even before they are cleaned up. Two saves
-racing at one version both write, one wins step 2; the loser's documents carry another
-generation, or (two appends) collide with the winner's on the unique (session, gen, pos)
-index, in which case the second writer moves its events to a fresh generation. A
-transaction where one exists would cost a round trip more on every save (commit) and a
-second code path to test, for no gain in safety.
+Readers read the session document (with its tail), then only the (generation, position
+range) pairs it publishes, so the buckets of a loser, of a save killed between steps 1
+and 2, or of history a rewrite replaced, are never seen even before they are cleaned
+up. Two saves racing at one version both write, one wins step 2; the loser's buckets
+carry another generation, or (two seals) collide with the winner's on the unique
+(session, gen, pos) index, in which case the second writer moves its buckets to a fresh
+generation. A transaction where one exists would cost a round trip more on every save
+(commit) and a second code path to test, for no gain in safety.
 
-Readers are not isolated from *cleanup*: superseded documents are deleted once a later
+Readers are not isolated from *cleanup*: superseded buckets are deleted once a later
 version is published, so a reader that read the previous session document can find
-fewer events than it expects. It then reads again (documents of a published range are
+fewer events than it expects. It then reads again (buckets of a published range are
 never rewritten in place, only deleted, so a complete read is a consistent one).
 """
 
@@ -610,37 +613,41 @@ class MongoSessionManager(SessionManager):
         # The token lands with the version (see SaveRequest); the latest are kept.
         push: Doc = {"tokens": {"$each": [request.token], "$slice": -TOKENS_KEPT}}
         tail_start, tail_bytes = info.tail_start, info.tail_bytes
-        if keep >= ts and (new_texts or keep < info.end):
-            head: list[str] | None = None  # the kept tail, when it is not kept whole
-            size = sum(map(text_bytes, new_texts))
-            if keep < info.end:
-                head = await self._tail_texts(session_id, info)
-                if head is None:
-                    self._infos.pop(session_id, None)
-                    return await self._explain_failed_publish(request, now)
-                head = head[: keep - ts]
-                size += sum(map(text_bytes, head))
-            else:
-                size += info.tail_bytes
-            if _fits_tail(keep - ts + len(new_texts), size, record.state):
-                if head is None:
-                    push["tail"] = {"$each": new_texts}
-                else:
-                    update["tail"] = head + new_texts
-                tail_start, tail_bytes = ts, size
-            else:
-                if head is None:
-                    head = await self._tail_texts(session_id, info)
-                    if head is None:
-                        self._infos.pop(session_id, None)
-                        return await self._explain_failed_publish(request, now)
-                segments, written = await self._seal(request, info, writer, head + new_texts, now)
-                update["tail"], tail_start, tail_bytes = [], keep + len(new_texts), 0
-        elif keep < ts:
+        if keep < ts:
             segments, written = await self._write_generation(
                 request, info, writer, keep, new_texts, now
             )
             update["tail"], tail_start, tail_bytes = [], keep + len(new_texts), 0
+        else:
+            new_bytes = sum(map(text_bytes, new_texts))
+            size = info.tail_bytes + new_bytes
+            if keep == info.end and _fits_tail(
+                info.tail_count + len(new_texts), size, record.state
+            ):
+                if new_texts:
+                    push["tail"] = {"$each": new_texts}
+                tail_start, tail_bytes = ts, size
+            else:
+                # Cut inside the tail, or the tail can no longer hold it (with this state).
+                stored_tail = await self._tail_texts(session_id, info)
+                if stored_tail is None:
+                    self._infos.pop(session_id, None)
+                    return await self._explain_failed_publish(request, now)
+                head = stored_tail[: keep - ts]
+                size = sum(map(text_bytes, head)) + new_bytes
+                if _fits_tail(len(head) + len(new_texts), size, record.state):
+                    update["tail"] = head + new_texts
+                    tail_start, tail_bytes = ts, size
+                else:
+                    # Whole buckets are sealed; what is left over starts the next tail.
+                    texts = head + new_texts
+                    cut = len(texts) - len(texts) % BUCKET_EVENTS
+                    rest = texts[cut:]
+                    size = sum(map(text_bytes, rest))
+                    if not cut or not _fits_tail(len(rest), size, record.state):
+                        cut, rest, size = len(texts), [], 0
+                    segments, written = await self._seal(request, info, writer, texts[:cut], now)
+                    update["tail"], tail_start, tail_bytes = rest, ts + cut, size
         update["tail_start"] = info.start_of_tail if tail_start is None else tail_start
         update["tail_bytes"] = tail_bytes
         if segments != info.segments:
@@ -698,6 +705,8 @@ class MongoSessionManager(SessionManager):
         The per-event layout's generations (another span) get no buckets either.
         """
         ts = info.start_of_tail
+        if not texts:  # an empty tail that only a too large state pushed out
+            return info.segments, None
         _, gen, span = info.segments[-1]
         if span == BUCKET_EVENTS:
             docs = bucket_docs(
