@@ -109,8 +109,13 @@ async def test_legacy_layout_takes_appends_and_seals_into_buckets(
     session.add_event("user", "tail")
     await manager.save(session)  # into the (new) tail: the per-event documents stay
     expected.append("tail")
-    _, events = _names(manager)
+    sessions, events = _names(manager)
     assert await raw_db[events].count_documents({"session": "old"}) == HISTORY
+    # The segments are stored in the new form, so an older release fails on the
+    # session rather than read it without its tail.
+    doc = await raw_db[sessions].find_one({"_id": "old"})
+    assert doc is not None and doc["tail_start"] == HISTORY and len(doc["tail"]) == 1
+    assert [len(segment) for segment in doc["segments"]] == [3]
     for index in range(BUCKET_EVENTS):
         session.add_event("user", f"sealed{index}")
     await manager.save(session)  # a seal: buckets under a fresh generation

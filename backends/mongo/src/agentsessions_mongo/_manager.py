@@ -650,7 +650,9 @@ class MongoSessionManager(SessionManager):
                     update["tail"], tail_start, tail_bytes = rest, ts + cut, size
         update["tail_start"] = info.start_of_tail if tail_start is None else tail_start
         update["tail_bytes"] = tail_bytes
-        if segments != info.segments:
+        # A document from before buckets gets its segments in the new form too: a
+        # release from before buckets then fails on it, instead of missing the tail.
+        if segments != info.segments or info.tail_start is None:
             update["segments"] = [list(segment) for segment in segments]
         published = await self._sessions.update_one(
             {
