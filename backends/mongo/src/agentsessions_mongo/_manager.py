@@ -590,9 +590,10 @@ class MongoSessionManager(SessionManager):
 
         An append that fits in the tail writes nothing before its publish: its events
         are ``$push``ed by the very update that checks the version. One that does not
-        fit *seals* the tail: the tail and the new events go to buckets first, and the
-        publish empties the tail. A rewrite reaching before the tail writes a fresh
-        generation (see `_write_generation`).
+        fit *seals* the tail: the tail and the new events go to full buckets first, and
+        the publish replaces the tail with what is left over. A cut inside the tail
+        rewrites the tail in the publish; a rewrite reaching before the tail writes a
+        fresh generation (see `_write_generation`) and empties the tail.
         """
         record = request.record
         session_id = record.session_id
