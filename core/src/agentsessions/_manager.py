@@ -48,6 +48,7 @@ from ._options import (
     MAX_TIMEOUT,
     MAX_TTL,
     ManagerOptions,
+    OptionConflict,
     PoolSize,
     SchemaTooNewError,
     Timeout,
@@ -72,6 +73,7 @@ __all__ = [
     "MAX_TIMEOUT",
     "MAX_TTL",
     "ManagerOptions",
+    "OptionConflict",
     "PoolSize",
     "Restorable",
     "SchemaTooNewError",
@@ -87,6 +89,19 @@ __all__ = [
 ]
 
 ManagerT = TypeVar("ManagerT", bound="SessionManager")
+
+
+def _across_fields(error: object, raw: Mapping[str, Any]) -> str:
+    """The problem a model validator found, named by the options an `OptionConflict`
+    says it involves (never by the model's location, which pydantic leaves empty)."""
+    if not isinstance(error, OptionConflict) or not error.options:
+        given = ", ".join(f"{name}={value!r}" for name, value in sorted(raw.items()))
+        return f"the options together: {error} (got {given or 'the defaults'})"
+    quoted = [repr(name) for name in error.options]
+    listed = quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} and {quoted[-1]}"
+    given = ", ".join(f"{name}={raw[name]!r}" for name in error.options if name in raw)
+    plural = "s" * (len(quoted) > 1)
+    return f"option{plural} {listed}: {error.problem} (got {given or 'the defaults'})"
 
 
 class SessionManager(BackendHooks):
@@ -150,12 +165,14 @@ class SessionManager(BackendHooks):
         except ValidationError as exc:
             problems = []
             for error in exc.errors():
-                name = ".".join(str(part) for part in error["loc"]) or "options"
+                name = ".".join(str(part) for part in error["loc"])
                 if error["type"] == "extra_forbidden":
                     known = ", ".join(sorted(cls.Options.model_fields))
                     problems.append(f"unknown option {name!r} (known: {known})")
-                else:
+                elif name:
                     problems.append(f"option {name!r}: {error['msg']} (got {error['input']!r})")
+                else:  # a check across fields, by the model's own validator
+                    problems.append(_across_fields(error.get("ctx", {}).get("error"), raw))
             raise InvalidOptionError("; ".join(problems)) from None
 
     def with_options(self: ManagerT, **changes: Any) -> ManagerT:

@@ -12,6 +12,7 @@ __all__ = [
     "MAX_TIMEOUT",
     "MAX_TTL",
     "ManagerOptions",
+    "OptionConflict",
     "PoolSize",
     "SchemaTooNewError",
     "Timeout",
@@ -38,6 +39,22 @@ class SchemaTooNewError(Exception):
     def __init__(self, found: int, known: int, where: str = "the database") -> None:
         super().__init__(found, known, where)
         self.found, self.known, self.where = found, known, where
+
+
+class OptionConflict(ValueError):
+    """Raised by an options model's validator: options valid one by one, not together.
+
+    A check across fields has no field of its own, so pydantic would report it under
+    the model as a whole; `SessionManager.parse_options` reports it under *options*,
+    the fields involved, instead: ``OptionConflict(("min_pool_size", "max_pool_size"),
+    "min_pool_size (5) is larger than max_pool_size (2)")`` becomes ``options
+    'min_pool_size' and 'max_pool_size': min_pool_size (5) is larger than max_pool_size
+    (2) (got min_pool_size='5', max_pool_size='2')``.
+    """
+
+    def __init__(self, options: tuple[str, ...], problem: str) -> None:
+        super().__init__(problem)
+        self.options, self.problem = options, problem
 
 
 #: A timeout option: finite seconds, more than 0, at most `MAX_TIMEOUT`.
