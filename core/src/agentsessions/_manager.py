@@ -15,8 +15,6 @@ from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from pydantic import ValidationError
-
 from . import (
     _branching,
     _codec,
@@ -52,6 +50,7 @@ from ._options import (
     PoolSize,
     SchemaTooNewError,
     Timeout,
+    validate_options,
 )
 from ._records import decode_cursor, encode_cursor
 from ._restore import Restorable, check_restorable
@@ -91,19 +90,6 @@ __all__ = [
 ManagerT = TypeVar("ManagerT", bound="SessionManager")
 
 
-def _across_fields(error: object, raw: Mapping[str, Any]) -> str:
-    """The problem a model validator found, named by the options an `OptionConflict`
-    says it involves (never by the model's location, which pydantic leaves empty)."""
-    if not isinstance(error, OptionConflict) or not error.options:
-        given = ", ".join(f"{name}={value!r}" for name, value in sorted(raw.items()))
-        return f"the options together: {error} (got {given or 'the defaults'})"
-    quoted = [repr(name) for name in error.options]
-    listed = quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} and {quoted[-1]}"
-    given = ", ".join(f"{name}={raw[name]!r}" for name in error.options if name in raw)
-    plural = "s" * (len(quoted) > 1)
-    return f"option{plural} {listed}: {error.problem} (got {given or 'the defaults'})"
-
-
 class SessionManager(BackendHooks):
     """Creates, fetches and saves sessions by id. Every method is a coroutine.
 
@@ -133,6 +119,16 @@ class SessionManager(BackendHooks):
     """
 
     def __init__(self, url: str, options: ManagerOptions | None = None) -> None:
+        """Set up a manager for *url*, without any I/O: connecting waits for first use.
+
+        `from_url` (so `connect`) calls it with *url* stripped of the query parameters
+        that are options (the driver's own, `driver_query_params`, stay, and so does
+        the password) and *options* already validated as an `Options` instance. None: the
+        defaults; another class's options are validated again against `Options`. A
+        backend's ``__init__`` calls this first, then parses its URL (e.g. with
+        `parse_server_url`) and checks what the options alone cannot, raising
+        `InvalidOptionError`, and registers its `per_loop` resources: still no I/O.
+        """
         self._url = url
         if options is None:
             options = self.Options()
@@ -160,20 +156,7 @@ class SessionManager(BackendHooks):
     @classmethod
     def parse_options(cls, raw: Mapping[str, Any]) -> ManagerOptions:
         """Validate *raw* against `Options`, with an error naming each bad option."""
-        try:
-            return cls.Options.model_validate(dict(raw))
-        except ValidationError as exc:
-            problems = []
-            for error in exc.errors():
-                name = ".".join(str(part) for part in error["loc"])
-                if error["type"] == "extra_forbidden":
-                    known = ", ".join(sorted(cls.Options.model_fields))
-                    problems.append(f"unknown option {name!r} (known: {known})")
-                elif name:
-                    problems.append(f"option {name!r}: {error['msg']} (got {error['input']!r})")
-                else:  # a check across fields, by the model's own validator
-                    problems.append(_across_fields(error.get("ctx", {}).get("error"), raw))
-            raise InvalidOptionError("; ".join(problems)) from None
+        return validate_options(cls.Options, raw)
 
     def with_options(self: ManagerT, **changes: Any) -> ManagerT:
         """A new, unopened manager on the same URL with some options changed.
