@@ -238,7 +238,9 @@ def markdown(doc: str) -> str:
 
 
 def _code(text: str) -> list[str]:
-    return ["```python", text, "```", ""]
+    # "python3", not "python": highlighted the same, but these declarations are not
+    # programs, and tests/docs/test_examples.py runs every ```python block.
+    return ["```python3", text, "```", ""]
 
 
 def _function(
