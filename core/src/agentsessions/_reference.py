@@ -22,7 +22,7 @@ from pathlib import Path
 
 from . import _hooks, backend
 
-__all__ = ["GROUPS", "main", "render", "slug"]
+__all__ = ["CONSTRUCTION", "GROUPS", "main", "markdown", "render", "slug"]
 
 #: The sections of everything else `agentsessions.backend` exports, in reading order;
 #: `render` refuses an export that no section lists, so a new one gets a place.
@@ -120,7 +120,7 @@ GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
 #: What `SessionManager` shows under "Construction": the rest is the public API or hooks.
 CONSTRUCTION = ("__init__", "from_url", "parse_options", "with_options")
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
-_SECTION = re.compile(r"^(Args|Returns|Yields|Raises|Attributes|Example|Examples|Note):\s*$")
+_SECTION = re.compile(r"^(Args|Returns|Yields|Raises|Attributes):\s*$")
 _ITEM = re.compile(r"^(\S[^:]*?):\s*(.*)$")
 # What `render` found without a docstring or comment: it refuses to render without one.
 _undocumented: list[str] = []
@@ -182,7 +182,7 @@ def _comment(text: str, node: ast.stmt) -> list[str]:
     return found
 
 
-def _segment(text: str, node: ast.stmt) -> str:
+def _segment(text: str, node: ast.AST) -> str:
     segment = ast.get_source_segment(text, node, padded=True) or ""
     return inspect.cleandoc(segment) if "\n" in segment else segment.strip()
 
@@ -271,7 +271,7 @@ def _attribute(title: str, text: str, node: ast.stmt, level: str) -> list[str]:
 
 def _members(cls: ast.ClassDef) -> Iterator[ast.stmt]:
     for node in cls.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        if isinstance(node, _FUNCTIONS):
             if not node.name.startswith("_"):
                 yield node
         elif (name := _assigned(node)) and not name.startswith("_") and name != "model_config":
@@ -281,10 +281,8 @@ def _members(cls: ast.ClassDef) -> Iterator[ast.stmt]:
 def _class(name: str, module: str, text: str, node: ast.ClassDef) -> list[str]:
     if name == "SessionManager":
         return _construction(module, text, node)
-    fields = [
-        m for m in _members(node) if not isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))
-    ]
-    declaration = [f"@{_segment(text, d)}" for d in node.decorator_list]  # type: ignore[arg-type]
+    fields = [m for m in _members(node) if not isinstance(m, _FUNCTIONS)]
+    declaration = [f"@{_segment(text, decorator)}" for decorator in node.decorator_list]
     declaration += [_header(text, node) + ":"]
     for field in fields:
         declaration += [f"    #: {line}" for line in _comment(text, field)]
@@ -297,16 +295,14 @@ def _class(name: str, module: str, text: str, node: ast.ClassDef) -> list[str]:
         _undocumented.append(f"{module}.{name}")
     out = [f"### `{name}`", "", *_code("\n".join(declaration)), markdown(doc or ""), ""]
     for member in _members(node):
-        if isinstance(member, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        if isinstance(member, _FUNCTIONS):
             out += _function(f"{name}.{member.name}", module, text, member, "####")
     return out
 
 
 def _construction(module: str, text: str, node: ast.ClassDef) -> list[str]:
     out: list[str] = []
-    methods = {
-        m.name: m for m in node.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))
-    }
+    methods = {m.name: m for m in node.body if isinstance(m, _FUNCTIONS)}
     for name in CONSTRUCTION:
         out += _function(f"SessionManager.{name}", module, text, methods[name], "###")
     return out
@@ -316,7 +312,7 @@ def _entry(name: str) -> list[str]:
     module, text, node = _definition(backend.__name__, name)
     if isinstance(node, ast.ClassDef):
         return _class(name, module, text, node)
-    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+    if isinstance(node, _FUNCTIONS):
         return _function(name, module, text, node, "###")
     return _attribute(name, text, node, "###")
 
@@ -328,11 +324,7 @@ def _surface() -> list[str]:
     (cls,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "BackendHooks"]
     found: dict[str, ast.stmt] = {}
     for node in cls.body:
-        name = (
-            node.name
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-            else _assigned(node)
-        )
+        name = node.name if isinstance(node, _FUNCTIONS) else _assigned(node)
         if name and name not in found:
             found[name] = node
     out = [
@@ -345,7 +337,7 @@ def _surface() -> list[str]:
     ]
     for name in _hooks.HELPERS:
         node = found[name]
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        if isinstance(node, _FUNCTIONS):
             out += _function(f"SessionManager.{name}", module, text, node, "###")
         else:
             out += _attribute(f"SessionManager.{name}", text, node, "###")
@@ -358,7 +350,7 @@ def _surface() -> list[str]:
     ]
     for name in _hooks.HOOKS:
         node = found[name]
-        assert isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        assert isinstance(node, _FUNCTIONS)
         out += _function(f"SessionManager.{name}", module, text, node, "###")
     return out
 
