@@ -43,6 +43,7 @@ REPORT_SCHEMA_VERSION: Literal[1] = 1
 DOCS_SITE = "https://agentsessions.github.io/agentsessions/"
 DOCS_PAGE = f"{DOCS_SITE}doctor/"
 
+#: How much a finding matters, from harmless to worst.
 Severity = Literal["ok", "info", "warning", "error", "critical"]
 #: From harmless to worst: a report's exit status follows the worst finding.
 SEVERITIES: tuple[Severity, ...] = ("ok", "info", "warning", "error", "critical")
