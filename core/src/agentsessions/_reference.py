@@ -109,7 +109,7 @@ GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     (
         "Reporting on the server",
         "For `_diagnose` (`agentsessions doctor`).",
-        ("Finding", "Severity", "finding", "clock_skew", "schema_version"),
+        ("Finding", "Severity", "finding", "clock_skew", "schema_version", "encryption_at_rest"),
     ),
     (
         "Registering the backend",

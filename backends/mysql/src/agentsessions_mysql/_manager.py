@@ -106,7 +106,10 @@ _STATEMENT_TIMEOUT = frozenset({1969, 3024})  # MariaDB max_statement_time, MySQ
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
-_WRITE_ATTEMPTS = 8
+# Generous: a retry is always safe here, and on a loaded server many contenders for one key
+# (creates of one id) can deadlock again and again; the call's deadline still bounds it.
+_WRITE_ATTEMPTS = 32
+_BACKOFF_CAP = 0.1
 # Expired sessions are deleted this many per transaction (few row locks at a time).
 PURGE_BATCH = 500
 
@@ -146,7 +149,7 @@ def _write(
                 if code(exc) not in _RETRIED:
                     raise
             # Apart, so that the writers that deadlocked do not meet again at once.
-            await asyncio.sleep(random.uniform(0, 0.002 * 2**attempt))
+            await asyncio.sleep(random.uniform(0, min(_BACKOFF_CAP, 0.002 * 2**attempt)))
         return await method(manager, *args, **kwargs)
 
     return write
