@@ -1,5 +1,7 @@
 """Test automation: ``nox`` runs lint, typecheck, the project's tests and the kit per backend,
-the distributions as built, the lowest dependency versions allowed, and the docs.
+the distributions as built, the lowest dependency versions allowed, and the docs: the
+session ``all`` runs each of them as its own ``nox -s NAME`` in two parallel lanes
+(``AGENTSESSIONS_NOX_JOBS`` sets how many), and ``nox -s NAME`` runs one alone.
 
 Each conformance session installs only core, the kit and ONE backend, so a backend
 that forgot to declare a dependency fails there instead of passing by accident.
@@ -18,9 +20,14 @@ from __future__ import annotations
 import configparser
 import os
 import shutil
+import subprocess
+import sys
 import tarfile
+import threading
+import time
 import zipfile
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import nox
@@ -30,18 +37,28 @@ nox.options.default_venv_backend = "uv"
 nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_missing_interpreters = False
 nox.options.download_python = "never"
-nox.options.sessions = [
-    "lint",
-    "typecheck",
+# Plain `nox` runs `all`, which runs every check below in parallel lanes (see `all`).
+nox.options.sessions = ["all"]
+
+# What `all` runs, longest first, so the long sessions start at once and the short ones fill
+# the gaps; `nox -s NAME` still runs any one of them on its own.
+CHECKS = (
     "tests",
-    "conformance",
-    "faults",
-    "ha",
-    "dist",
-    "docs",
+    "conformance(backend='postgres')",
+    "conformance(backend='mongo')",
+    "conformance(backend='mysql')",
     "lowest",
+    "faults",
+    "conformance(backend='redis')",
+    "ha",
+    "conformance(backend='sqlite')",
+    "typecheck",
+    "dist",
+    "conformance(backend='memory')",
     "openai_agents",
-]
+    "docs",
+    "lint",
+)
 
 SUPPORTED_PYTHONS = ("3.10", "3.11", "3.12", "3.13", "3.14")
 
@@ -87,6 +104,78 @@ def _editable(*paths: str) -> list[str]:
     for path in paths:
         args += ["-e", path]
     return args
+
+
+def _selection(check: str) -> list[str]:
+    """nox arguments selecting *check*, whatever interpreters AGENTSESSIONS_NOX_PYTHON names
+    (``conformance(backend='x')`` is then ``conformance-3.12(backend='x')``)."""
+    name, _, param = check.partition("(")
+    if not param:
+        return ["--session", name]
+    value = param.partition("=")[2].rstrip(")").strip("'")
+    return ["--session", name, "--keywords", value]
+
+
+def _lanes() -> int:
+    raw = os.environ.get("AGENTSESSIONS_NOX_JOBS", "").strip()
+    if not raw:
+        return 2
+    if not raw.isdigit() or int(raw) < 1:
+        raise ValueError(f"AGENTSESSIONS_NOX_JOBS must be a whole number >= 1, not {raw!r}")
+    return int(raw)
+
+
+@nox.session(name="all", python=False)
+def all_checks(session: nox.Session) -> None:
+    """Every check in ``CHECKS``, in parallel lanes: what plain ``nox`` and CI run.
+
+    Each check is its own ``nox -s NAME`` process (its own virtualenv, as when run alone),
+    with its output kept in ``.nox/_logs/NAME.log`` and printed whole when it ends, so the
+    lanes never interleave. Most of the time of these sessions is spent waiting on servers,
+    deadlines and installs, so two lanes finish well before one would on two cores.
+    ``AGENTSESSIONS_NOX_JOBS`` sets the number of lanes (1 runs them one after another);
+    ``nox -s all -- NAME ...`` runs only those. Fails if any check fails, after all ended.
+    """
+    names = list(session.posargs) or list(CHECKS)
+    known = {check.split("(")[0] for check in CHECKS}
+    unknown = [name for name in names if name.split("(")[0] not in known]
+    if unknown:
+        session.error(f"unknown sessions {unknown}; the checks are {list(CHECKS)}")
+    logs = Path(".nox") / "_logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    printing = threading.Lock()
+    results: dict[str, tuple[int, float]] = {}
+
+    def check(name: str) -> None:
+        log = logs / (name.replace("'", "").replace("(", "-").replace(")", "") + ".log")
+        started = time.monotonic()
+        with printing:
+            print(f"== {name}: started", flush=True)
+        with log.open("w", encoding="utf-8") as out:
+            code = subprocess.call(
+                [sys.executable, "-m", "nox", *_selection(name)],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+        took = time.monotonic() - started
+        results[name] = (code, took)
+        with printing:
+            status = "ok" if code == 0 else f"FAILED (exit {code})"
+            print(f"\n== {name}: {status} in {took:.0f} s; its output:", flush=True)
+            sys.stdout.write(log.read_text(encoding="utf-8", errors="replace"))
+            sys.stdout.flush()
+
+    started = time.monotonic()
+    with ThreadPoolExecutor(max_workers=_lanes()) as pool:
+        list(pool.map(check, names))
+    print(f"\n== all: {len(names)} checks in {time.monotonic() - started:.0f} s", flush=True)
+    for name in names:
+        code, took = results[name]
+        print(f"   {'ok' if code == 0 else 'FAILED':6} {took:6.0f} s  {name}", flush=True)
+    failed = [name for name in names if results[name][0] != 0]
+    if failed:
+        session.error(f"failed: {', '.join(failed)}")
 
 
 @nox.session
@@ -427,8 +516,9 @@ DOCS_DEPS = ("mkdocs>=1.6", "mkdocs-material>=9.5", "mkdocstrings[python]>=0.29"
 def docs(session: nox.Session) -> None:
     """Build the documentation site (mkdocs.yml) with ``--strict``: any warning fails.
 
-    The API pages are generated from the docstrings of the public modules
-    (`agentsessions.backend`, `agentsessions.runtime`), read from the source tree.
+    The runtime API page is generated from the docstrings of `agentsessions.runtime`,
+    read from the source tree; the backend reference is committed Markdown
+    (docs/backend-reference.md, regenerated by ``python -m agentsessions._reference``).
     ``nox -s docs -- serve`` serves it on 127.0.0.1:8000 instead.
     """
     session.install(*DOCS_DEPS)

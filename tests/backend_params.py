@@ -17,6 +17,7 @@ BACKENDS = [
     pytest.param("redis", id="redis", marks=pytest.mark.redis),
     pytest.param("redis_cluster", id="redis-cluster", marks=pytest.mark.redis),
     pytest.param("mongo", id="mongo", marks=pytest.mark.mongo),
+    pytest.param("mysql", id="mysql", marks=pytest.mark.mysql),
 ]
 
 

@@ -12,6 +12,14 @@ import os
 from collections.abc import Callable
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+# The properties must hold whatever the machine's speed: generating data is slow only when
+# the machine is busy (CI runs two lanes of sessions at once), which says nothing of them.
+settings.register_profile(
+    "agentsessions", deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.load_profile("agentsessions")
 
 REQUIRE_SERVERS = os.environ.get("AGENTSESSIONS_REQUIRE_SERVERS") == "1"
 

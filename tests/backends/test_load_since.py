@@ -15,7 +15,7 @@ import pytest
 from agentsessions import SessionManager, connect
 from backend_params import BACKENDS, with_option
 
-SERVER_SCHEMES = {"postgres", "redis", "redis_cluster", "mongo"}
+SERVER_SCHEMES = {"postgres", "redis", "redis_cluster", "mongo", "mysql"}
 
 
 @pytest.fixture(params=BACKENDS)

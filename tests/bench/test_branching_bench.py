@@ -22,11 +22,9 @@ def test_quick_branching_case_measures_every_engine(tmp_path: Path) -> None:
     skipped = {item["engine"] for item in found["skipped"]}
     if REQUIRE_SERVERS:
         assert not skipped, found["skipped"]
-    # The engines whose backend has no branching capability (MySQL today) are listed,
-    # not measured; every other engine is measured.
-    unsupported = set(found["unsupported"])
-    assert unsupported <= {"mysql"}, unsupported
-    assert set(found["branching"]) == set(ENGINES) - skipped - unsupported
+    # Every backend of the bench declares branching, so every engine is measured.
+    assert found["unsupported"] == [], found["unsupported"]
+    assert set(found["branching"]) == set(ENGINES) - skipped
     for sizes in found["branching"].values():
         assert set(sizes) == {"0", "40"}
         assert set(sizes["0"]) == {"fork", "read", "copy"}

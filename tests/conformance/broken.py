@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
+from collections import deque
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from typing import Any, ClassVar
@@ -30,17 +31,22 @@ from agentsessions import (
 )
 from agentsessions._memory import _live, _Stored
 from agentsessions.backend import (
+    TOKENS_KEPT,
     CompactRequest,
+    EventRecord,
     ForkRequest,
     LoadedSession,
     RewindRequest,
     SaveRequest,
     SessionRecord,
     decode_events,
+    encode_record,
+    fork_fields,
     to_micros,
 )
 from agentsessions_sqlite import SQLiteSessionManager
 from agentsessions_sqlite import _manager as sqlite_impl
+from agentsessions_sqlite import _statements as sqlite_sql
 
 __all__ = ["BROKEN", "AliasingManager", "OverwritingCreateManager"]
 
@@ -991,10 +997,10 @@ class _SQLiteBroken(SQLiteSessionManager):
 
 
 def _delete_row_only(conn: sqlite3.Connection, ns: str, session_id: str, now: int) -> bool:
-    row = conn.execute(sqlite_impl._SELECT_EXPIRY, (ns, session_id)).fetchone()
+    row = conn.execute(sqlite_sql.SELECT_EXPIRY, (ns, session_id)).fetchone()
     if row is None:
         return False
-    conn.execute(sqlite_impl._DELETE_SESSION, (ns, session_id))
+    conn.execute(sqlite_sql.DELETE_SESSION, (ns, session_id))
     return row[0] is None or row[0] > now
 
 
@@ -1009,8 +1015,8 @@ class SQLiteDeleteLeavesEventsManager(_SQLiteBroken, Broken):
 
 
 def _delete_user_rows_only(conn: sqlite3.Connection, ns: str, user_id: str, now: int) -> int:
-    (live,) = conn.execute(sqlite_impl._COUNT_LIVE_OF_USER, (ns, user_id, now)).fetchone()
-    conn.execute(sqlite_impl._DELETE_SESSIONS_OF_USER, (ns, user_id))
+    (live,) = conn.execute(sqlite_sql.COUNT_LIVE_OF_USER, (ns, user_id, now)).fetchone()
+    conn.execute(sqlite_sql.DELETE_SESSIONS_OF_USER, (ns, user_id))
     return int(live)
 
 
@@ -1049,7 +1055,7 @@ class SQLiteDeleteUserOneBatchManager(_SQLiteBroken, Broken):
 
 
 def _purge_rows_only(conn: sqlite3.Connection, ns: str, now: int) -> int:
-    return conn.execute(sqlite_impl._DELETE_EXPIRED, (ns, now)).rowcount
+    return conn.execute(sqlite_sql.DELETE_EXPIRED, (ns, now)).rowcount
 
 
 class SQLitePurgeLeavesEventsManager(_SQLiteBroken, Broken):
@@ -1100,20 +1106,8 @@ def _create_keeping_events(
     conn: sqlite3.Connection, ns: str, record: SessionRecord, now: int
 ) -> bool:
     cursor = conn.execute(
-        sqlite_impl._CREATE,
-        (
-            ns,
-            record.session_id,
-            record.user_id,
-            record.state,
-            record.version,
-            to_micros(record.created_at),
-            to_micros(record.updated_at),
-            None if record.expires_at is None else to_micros(record.expires_at),
-            record.event_count,
-            record.lineage,
-            now,
-        ),
+        sqlite_sql.CREATE,
+        (ns, *encode_record(record, micros=True), *fork_fields(record), now),
     )
     return cursor.rowcount > 0
 
@@ -1357,6 +1351,433 @@ class ListForksTakesDescendantsManager(MemorySessionManager, Broken):
         return [s for s in listed if s.forked_from is not None][:limit]
 
 
+# -- the newer operations held to the older ones' standard (issue 31, item 8) -----------
+
+_REFUSES_EXPIRED = "test_ttl_expired_session_refuses_compaction_and_hides_its_archive"
+_RECREATED = "test_recreated_id_keeps_nothing_of_its_expired_life"
+
+
+class CompactRevivesExpiredManager(MemorySessionManager, Broken):
+    """compact() forgets the expiry condition: an expired session's compaction lands."""
+
+    caught_by = frozenset({_REFUSES_EXPIRED})
+
+    async def _compact(self, request: CompactRequest, now: datetime) -> None:
+        await super()._compact(request, datetime(1970, 1, 1, tzinfo=timezone.utc))
+
+
+class ArchiveIgnoresExpiryManager(MemorySessionManager, Broken):
+    """archived_events() reads the archive of an expired session (no liveness check)."""
+
+    caught_by = frozenset({_REFUSES_EXPIRED})
+
+    async def _archived(self, session_id: str, now: datetime) -> list[str]:
+        with self._store.lock:
+            stored = self._space.get(session_id)
+            return [] if stored is None else list(stored.archive)
+
+
+class SinceIgnoresExpiryManager(MemorySessionManager, Broken):
+    """_load_since() (the refresh of a copy that lost a race) forgets the expiry."""
+
+    caught_by = frozenset({_REFUSES_EXPIRED})
+
+    async def _load_since(
+        self, session_id: str, event_count: int, lineage: str, now: datetime
+    ) -> LoadedSession | None:
+        with self._store.lock:
+            stored = self._space.get(session_id)
+            if stored is None:
+                return None
+            record = stored.record
+            texts = stored.events[record.since_position(event_count, lineage) :]
+        return LoadedSession(record, decode_events(texts))
+
+
+class CompactKeepsExpiryManager(MemorySessionManager, Broken):
+    """compact() keeps the stored expiry: the ttl counts from the last save only."""
+
+    caught_by = frozenset({"test_ttl_compaction_refreshes_expiry"})
+
+    async def _compact(self, request: CompactRequest, now: datetime) -> None:
+        stored = self._space.get(request.session_id)
+        if stored is not None:
+            request = replace(request, expires_at=stored.record.expires_at)
+        await super()._compact(request, now)
+
+
+def _archived_of_any_age(conn: sqlite3.Connection, ns: str, session_id: str) -> list[str]:
+    rows = conn.execute(sqlite_sql.SELECT_ARCHIVE, (ns, session_id)).fetchall()
+    return [row[0] for row in rows]
+
+
+class SQLiteArchiveIgnoresExpiryManager(_SQLiteBroken, Broken):
+    """SQLite's archive query has no liveness condition: an expired session's archive reads."""
+
+    caught_by = frozenset({_REFUSES_EXPIRED})
+
+    async def _archived(self, session_id: str, now: datetime) -> list[str]:
+        texts: list[str] = await self._write(_archived_of_any_age, session_id)
+        return texts
+
+
+class ArchiveAcrossNamespacesManager(MemorySessionManager, Broken):
+    """archived_events() reads the id's archive in every namespace (a key without the
+    namespace prefix)."""
+
+    caught_by = frozenset({"test_namespaces_scope_compaction_and_its_archive"})
+
+    async def _archived(self, session_id: str, now: datetime) -> list[str]:
+        with self._store.lock:
+            texts: list[str] = []
+            for space in self._store.spaces.values():
+                stored = _live(space.get(session_id), now)
+                if stored is not None:
+                    texts.extend(stored.archive)
+            return texts
+
+
+class RestoreChecksEveryNamespaceManager(MemorySessionManager, Broken):
+    """restore() refuses an id that is live in any namespace (an existence check without
+    the namespace)."""
+
+    caught_by = frozenset({"test_namespaces_scope_restore_load_since_and_tokens"})
+
+    async def _restore(
+        self, record: SessionRecord, events: list[EventRecord], now: datetime
+    ) -> None:
+        with self._store.lock:
+            for space in self._store.spaces.values():
+                if _live(space.get(record.session_id), now) is not None:
+                    raise SessionExistsError(record.session_id)
+        await super()._restore(record, events, now)
+
+
+class TokensAcrossNamespacesManager(MemorySessionManager, Broken):
+    """A write's token is looked up under the id in every namespace (a token key without
+    the namespace prefix): a save of another namespace's session passes for a retry."""
+
+    caught_by = frozenset({"test_namespaces_scope_restore_load_since_and_tokens"})
+
+    def _writable(
+        self, session_id: str, request: SaveRequest | CompactRequest | RewindRequest, now: datetime
+    ) -> _Stored | None:
+        if any(
+            request.token in stored.tokens
+            for space in self._store.spaces.values()
+            if (stored := space.get(session_id)) is not None
+        ):
+            return None
+        return super()._writable(session_id, request, now)
+
+
+class TornCompactionManager(MemorySessionManager, Broken):
+    """compact() deletes the replaced events, then (after a round trip) inserts the
+    replacement and writes the record: a reader sees the history without either."""
+
+    caught_by = frozenset({"test_reader_never_sees_half_a_compaction"})
+
+    async def _compact(self, request: CompactRequest, now: datetime) -> None:
+        with self._store.lock:
+            stored = self._writable(request.session_id, request, now)
+            if stored is None:
+                return
+            if request.archive:
+                stored.archive.extend(stored.events[: request.replaced])
+            del stored.events[: request.replaced]
+        await asyncio.sleep(0.001)  # the second statement, outside any transaction
+        with self._store.lock:
+            stored.events[:0] = [event.data for event in request.new_events]
+            stored.record = replace(
+                stored.record,
+                version=request.version,
+                updated_at=request.updated_at,
+                expires_at=request.expires_at,
+                event_count=len(stored.events),
+                lineage=request.lineage,
+            )
+            stored.tokens.append(request.token)
+
+
+class TornRestoreManager(MemorySessionManager, Broken):
+    """restore() inserts the record, then its events in batches, each its own statement."""
+
+    caught_by = frozenset({"test_reader_never_sees_half_a_restore"})
+
+    async def _restore(
+        self, record: SessionRecord, events: list[EventRecord], now: datetime
+    ) -> None:
+        with self._store.lock:
+            if _live(self._space.get(record.session_id), now) is not None:
+                raise SessionExistsError(record.session_id)
+            stored = _Stored(record, [])
+            self._space[record.session_id] = stored
+        for first in range(0, len(events), 10):
+            await asyncio.sleep(0.001)
+            with self._store.lock:
+                stored.events.extend(event.data for event in events[first : first + 10])
+
+
+class CompactCheckThenWriteManager(MemorySessionManager, Broken):
+    """compact() checks the version, then writes in a later statement without holding
+    anything: compactions racing from one version all land."""
+
+    caught_by = frozenset({"test_concurrent_compactions_exactly_one_lands"})
+
+    async def _compact(self, request: CompactRequest, now: datetime) -> None:
+        with self._store.lock:
+            self._writable(request.session_id, request, now)
+        await asyncio.sleep(0.002)
+        with self._store.lock:
+            stored = self._space[request.session_id]
+            if request.archive:
+                stored.archive.extend(stored.events[: request.replaced])
+            stored.events[: request.replaced] = [event.data for event in request.new_events]
+            stored.record = replace(
+                stored.record,
+                version=request.version,
+                updated_at=request.updated_at,
+                expires_at=request.expires_at,
+                event_count=len(stored.events),
+                lineage=request.lineage,
+            )
+
+
+class RestoreCheckThenInsertManager(MemorySessionManager, Broken):
+    """restore() checks the id is free, then inserts in a later statement: restores racing
+    for one id all succeed, the last one's data stored."""
+
+    caught_by = frozenset(
+        {
+            "test_concurrent_restores_one_wins",
+            "test_concurrent_restores_across_managers",
+            "test_concurrent_restores_over_an_expired_id_one_wins",
+        }
+    )
+
+    async def _restore(
+        self, record: SessionRecord, events: list[EventRecord], now: datetime
+    ) -> None:
+        with self._store.lock:
+            if _live(self._space.get(record.session_id), now) is not None:
+                raise SessionExistsError(record.session_id)
+        await asyncio.sleep(0.002)
+        with self._store.lock:
+            self._space[record.session_id] = _Stored(record, [event.data for event in events])
+
+
+def _replacing(manager: MemorySessionManager, session_id: str, now: datetime) -> _Stored | None:
+    """The expired session a create, restore or fork of *session_id* replaces, if any."""
+    stored = manager._space.get(session_id)
+    return stored if stored is not None and _live(stored, now) is None else None
+
+
+class _RecreateVariant(MemorySessionManager):
+    """A create, restore and fork that carry something of the expired life they replace."""
+
+    def _carry(self, old: _Stored, new: _Stored) -> None:
+        raise NotImplementedError
+
+    async def _create(self, record: SessionRecord, now: datetime) -> None:
+        old = _replacing(self, record.session_id, now)
+        await super()._create(record, now)
+        self._carried(old, record.session_id)
+
+    async def _restore(
+        self, record: SessionRecord, events: list[EventRecord], now: datetime
+    ) -> None:
+        old = _replacing(self, record.session_id, now)
+        await super()._restore(record, events, now)
+        self._carried(old, record.session_id)
+
+    async def _fork(self, request: ForkRequest, now: datetime) -> SessionRecord:
+        old = _replacing(self, request.session_id, now)
+        record = await super()._fork(request, now)
+        self._carried(old, request.session_id)
+        return record
+
+    def _carried(self, old: _Stored | None, session_id: str) -> None:
+        if old is not None:
+            with self._store.lock:
+                self._carry(old, self._space[session_id])
+
+
+class RecreateKeepsArchiveManager(_RecreateVariant, Broken):
+    """A create, restore or fork over an expired id keeps the old life's archive."""
+
+    caught_by = frozenset({_RECREATED})
+
+    def _carry(self, old: _Stored, new: _Stored) -> None:
+        new.archive = list(old.archive)
+
+
+class RecreateKeepsTokensManager(_RecreateVariant, Broken):
+    """A create, restore or fork over an expired id keeps the old life's save tokens: a
+    retried save of the old life passes for one that landed in the new."""
+
+    caught_by = frozenset({_RECREATED})
+
+    def _carry(self, old: _Stored, new: _Stored) -> None:
+        new.tokens.extend(old.tokens)
+
+
+class RecreateKeepsExpiryManager(_RecreateVariant, Broken):
+    """A create, restore or fork without a ttl over an expired id keeps the old expiry
+    (``COALESCE(new.expires_at, old.expires_at)``)."""
+
+    caught_by = frozenset({_RECREATED})
+
+    def _carry(self, old: _Stored, new: _Stored) -> None:
+        if new.record.expires_at is None:
+            new.record = replace(new.record, expires_at=old.record.expires_at)
+
+
+class UserIndexKeepsOldOwnerManager(MemorySessionManager, Broken):
+    """Owners are kept in a user index (as Redis keeps a set per user) that a create,
+    restore or fork over an expired id adds to without removing the old owner: the old
+    owner still lists, and delete_user() still deletes, the new life."""
+
+    caught_by = frozenset({_RECREATED})
+
+    @property
+    def _owners(self) -> dict[tuple[str, str], set[str | None]]:
+        owners: dict[tuple[str, str], set[str | None]] = self._store.__dict__.setdefault(
+            "owners", {}
+        )
+        return owners
+
+    def _own(self, record: SessionRecord) -> None:
+        key = (self.options.namespace, record.session_id)
+        self._owners.setdefault(key, set()).add(record.user_id)
+
+    def _owned_by(self, user_id: str) -> set[str]:
+        namespace = self.options.namespace
+        owners = self._owners.items()
+        return {sid for (ns, sid), users in owners if ns == namespace and user_id in users}
+
+    async def _create(self, record: SessionRecord, now: datetime) -> None:
+        await super()._create(record, now)
+        self._own(record)
+
+    async def _restore(
+        self, record: SessionRecord, events: list[EventRecord], now: datetime
+    ) -> None:
+        await super()._restore(record, events, now)
+        self._own(record)
+
+    async def _fork(self, request: ForkRequest, now: datetime) -> SessionRecord:
+        record = await super()._fork(request, now)
+        self._own(record)
+        return record
+
+    async def _delete(self, session_id: str, now: datetime) -> bool:
+        self._owners.pop((self.options.namespace, session_id), None)
+        return await super()._delete(session_id, now)
+
+    async def _delete_user(self, user_id: str, now: datetime) -> int:
+        deleted = 0
+        for session_id in self._owned_by(user_id):
+            deleted += await self._delete(session_id, now)
+        return deleted
+
+    async def _list(
+        self, user_id: str | None, limit: int, after: tuple[datetime, str] | None, now: datetime
+    ) -> list[SessionSummary]:
+        if user_id is None:
+            return await super()._list(user_id, limit, after, now)
+        owned = self._owned_by(user_id)
+        with self._store.lock:
+            records = [
+                stored.record
+                for sid, stored in self._space.items()
+                if sid in owned and _live(stored, now) is not None
+            ]
+        records.sort(key=lambda r: (r.created_at, r.session_id), reverse=True)
+        if after is not None:
+            records = [r for r in records if (r.created_at, r.session_id) < after]
+        return [record.summary() for record in records[:limit]]
+
+
+def _create_keeping_first_position(
+    conn: sqlite3.Connection, ns: str, record: SessionRecord, now: int
+) -> bool:
+    statement = sqlite_sql.CREATE.replace("first_position = 0, ", "")
+    assert statement != sqlite_sql.CREATE, "SQLite's CREATE no longer resets first_position"
+    cursor = conn.execute(
+        statement, (ns, *encode_record(record, micros=True), *fork_fields(record), now)
+    )
+    if cursor.rowcount == 0:
+        return False
+    conn.execute(sqlite_sql.DELETE_EVENTS, (ns, record.session_id))
+    conn.execute(sqlite_sql.DELETE_ARCHIVE, (ns, record.session_id))
+    return True
+
+
+def _restore_keeping_first_position(
+    conn: sqlite3.Connection, ns: str, record: SessionRecord, events: list[EventRecord], now: int
+) -> bool:
+    if not _create_keeping_first_position(conn, ns, record, now):
+        return False
+    conn.executemany(
+        sqlite_sql.INSERT_EVENT,
+        [(ns, record.session_id, event.position, event.data) for event in events],
+    )
+    return True
+
+
+class SQLiteRecreateKeepsFirstPositionManager(_SQLiteBroken, Broken):
+    """create() and restore() over an expired, compacted session keep its first position
+    (moved by the compaction), while restore() writes its events from position 0."""
+
+    caught_by = frozenset({_RECREATED})
+
+    async def _create(self, record: SessionRecord, now: datetime) -> None:
+        if not await self._write(_create_keeping_first_position, record, to_micros(now)):
+            raise SessionExistsError(record.session_id)
+
+    async def _restore(
+        self, record: SessionRecord, events: list[EventRecord], now: datetime
+    ) -> None:
+        written = await self._write(_restore_keeping_first_position, record, events, to_micros(now))
+        if not written:
+            raise SessionExistsError(record.session_id)
+
+
+class ShortTokenWindowManager(MemorySessionManager, Broken):
+    """Only the latest 16 write tokens of a session are recognised, not TOKENS_KEPT."""
+
+    caught_by = frozenset({"test_save_token_window_is_the_sessions_last_writes"})
+
+    def _writable(
+        self, session_id: str, request: SaveRequest | CompactRequest | RewindRequest, now: datetime
+    ) -> _Stored | None:
+        stored = _live(self._space.get(session_id), now)
+        if stored is not None and request.token not in list(stored.tokens)[-16:]:
+            request = replace(request, token="")  # a token that is never found
+        return super()._writable(session_id, request, now)
+
+
+class StoreWideTokenWindowManager(MemorySessionManager, Broken):
+    """The latest TOKENS_KEPT tokens are kept for the whole store, not per session: writes
+    to other sessions push a session's own tokens out."""
+
+    caught_by = frozenset({"test_save_token_window_is_the_sessions_last_writes"})
+
+    def _window(self) -> deque[str]:
+        window: deque[str] = self._store.__dict__.setdefault("tokens", deque(maxlen=TOKENS_KEPT))
+        return window
+
+    def _writable(
+        self, session_id: str, request: SaveRequest | CompactRequest | RewindRequest, now: datetime
+    ) -> _Stored | None:
+        if _live(self._space.get(session_id), now) is not None and request.token in self._window():
+            return None
+        stored = super()._writable(session_id, replace(request, token=""), now)
+        if stored is not None:
+            self._window().append(request.token)
+        return stored
+
+
 # -- lost replies ------------------------------------------------------------------------
 
 _TOKEN_CLAUSES = frozenset(
@@ -1365,6 +1786,8 @@ _TOKEN_CLAUSES = frozenset(
         "test_lost_reply_update_applies_fn_once",
         "test_lost_replies_one_after_another_each_land_once",
         "test_list_append_history_has_no_anomaly",
+        # Its lost-reply rule: a save whose reply is lost, saved again unchanged.
+        "test_state_machine_agrees_with_the_reference",
     }
 )
 

@@ -24,13 +24,9 @@ from agentsessions_sqlite._connection import is_busy
 
 __all__ = ["BROKEN_SERVERS", "REFERENCE_OF"]
 
-# The save script's token check: a save whose token is stored already landed.
-_TOKEN_CHECK = """local at = #ARGV[3] == 32 and string.find(tokens, ARGV[3], 1, true)
-while at do
-  if at % 32 == 1 then return 1 end
-  at = string.find(tokens, ARGV[3], at + 1, true)
-end
-"""
+# The save script's token check: on a version mismatch, a save whose token is stored
+# already landed (the retry of a save whose reply was lost).
+_TOKEN_CHECK = "  if landed(cur[1], ARGV[3]) then return 1 end\n"
 assert _TOKEN_CHECK in _scripts.SAVE, "the SAVE script changed: update _TOKEN_CHECK"
 
 

@@ -8,6 +8,7 @@ costs seconds and the whole mutation test stays cheap.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,8 @@ def suite(name, cls):
         # state machine among their catchers break something on almost every run.
         machine_shrink_seconds = 2.0
         machine_examples = 50
+        # Well inside the 15 s limit below: no new batch of runs starts after this.
+        machine_seconds = 8.0
 
         @pytest_asyncio.fixture
         async def manager(self, tmp_path):
@@ -62,6 +65,7 @@ for _name, _cls in {**REFERENCES, **BROKEN}.items():
 # every clause some broken backend of its kind needs.
 CONFTEST = """
 import json
+import re
 from pathlib import Path
 
 SELECTED = json.loads((Path(__file__).parent / "selected.json").read_text())
@@ -90,6 +94,10 @@ def _selection() -> dict[str, list[str]]:
     return selected
 
 
+# What a broken backend's own bug looks like, as opposed to the contract breach it stages.
+_CRASH = re.compile(r"\b(AttributeError|NameError|TypeError|ProgrammingError)\b")
+
+
 @pytest.fixture(scope="module")
 def broken_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     workdir = tmp_path_factory.mktemp("broken")
@@ -113,6 +121,15 @@ def test_kit_catches_the_broken_backend(broken_run: Run, backend: str) -> None:
     assert set(outcomes) == set(expected), broken_run.output[-2000:]
     missed = {name for name, seen in outcomes.items() if not seen & {"failed", "error"}}
     assert not missed, f"the kit did not catch {backend} on {sorted(missed)}"
+    # Caught by the defect it was built with, not by the broken backend's own crash (a
+    # statement or helper of the real backend renamed under it).
+    assert broken_run.report is not None
+    crashed = {
+        clause["test"]: clause["message"][-300:]
+        for clause in broken_run.report["clauses"]
+        if clause["suite"].endswith(f"::Test{backend}") and _CRASH.search(clause["message"])
+    }
+    assert not crashed, f"{backend} crashed instead of misbehaving: {crashed}"
 
 
 @pytest.mark.parametrize("reference", sorted(REFERENCES))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from agentsessions import SEVERITIES, Diagnosis, Finding, connect
-from agentsessions.backend import clock_skew, finding, schema_version
+from agentsessions.backend import clock_skew, encryption_at_rest, finding, schema_version
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = ROOT / "docs" / "doctor.schema.json"
@@ -143,3 +143,24 @@ def test_the_blocking_manager_diagnoses_too(tmp_path: Path) -> None:
     checks = {f.check: f.severity for f in report.findings}
     assert checks["sqlite.synchronous"] == "ok"
     assert report.backend == "SQLiteSessionManager"
+
+
+def test_encryption_at_rest_combines_the_client_and_the_server() -> None:
+    def judge(client_side: bool, server_on: bool | None) -> Finding:
+        return encryption_at_rest(
+            "x.encryption_at_rest", client_side, server_on, "server says", "SET x"
+        )
+
+    for server_on in (True, False, None):
+        on = judge(True, server_on)
+        assert (on.severity, on.fix) == ("ok", "")
+        assert on.found.endswith("(server: server says)")
+    assert judge(False, True) == finding("x.encryption_at_rest", "ok", "server says")
+    off = judge(False, False)
+    assert (off.severity, off.found) == ("info", "server says")
+    assert off.fix.startswith("SET x, or encrypt the disk")
+    assert "in clear" in off.consequence
+    unknown = judge(False, None)
+    assert unknown.severity == "info"
+    assert unknown.fix.startswith("SET x; check that the server's disk is encrypted")
+    assert "cannot be read" in unknown.consequence

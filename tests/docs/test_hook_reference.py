@@ -1,9 +1,10 @@
-"""The backend guide documents exactly the hooks surface; each hook's docstring is complete.
+"""The backend reference documents exactly the hooks surface; each hook's docstring is complete.
 
 The surface is declared once, in `agentsessions._hooks` (`HOOKS`, what a backend
-implements; `HELPERS`, what it may set, read or call); the guide's reference renders
-that list, and these tests fail when the two drift apart or a hook is declared on the
-class without being listed.
+implements; `HELPERS`, what it may set, read or call); docs/backend-reference.md
+renders that list (tests/docs/test_backend_reference.py keeps it generated), and these
+tests fail when the two drift apart or a hook is declared on the class without being
+listed.
 """
 
 from __future__ import annotations
@@ -16,20 +17,18 @@ import pytest
 from agentsessions import _hooks
 from agentsessions.backend import SessionManager
 
-GUIDE = Path(__file__).resolve().parents[2] / "docs" / "backend-authors.md"
+REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "backend-reference.md"
 HOOKS = list(_hooks.HOOKS)
 # What the hooks class defines for the core alone (not part of the surface).
 CORE_PRIVATE = {"_prepared", "_opened", "_per_loop", "_codec", "_abc_impl"}
 
 
 def _rendered_surface() -> list[str]:
-    """The member list of the guide's ``::: agentsessions.backend.SessionManager`` block
-    under "The manager and its hooks"."""
-    text = GUIDE.read_text(encoding="utf-8")
-    section = text.split("### The manager and its hooks", 1)[1].split("\n### ", 1)[0]
-    block = section.split("::: agentsessions.backend.SessionManager", 1)[1]
-    members = block.split("members:", 1)[1]
-    return re.findall(r"^\s+- (\w+)$", members.split("\n\n", 1)[0], re.MULTILINE)
+    """The ``SessionManager.X`` headings of the reference's two surface sections."""
+    text = REFERENCE.read_text(encoding="utf-8")
+    start = text.index("\n## What a backend sets, reads and calls\n")
+    end = text.index("\n## Construction\n")
+    return re.findall(r"^### `SessionManager\.(\w+)`$", text[start:end], re.MULTILINE)
 
 
 def test_the_hooks_are_found() -> None:
@@ -51,11 +50,12 @@ def test_everything_the_hooks_class_defines_is_declared() -> None:
     assert not missing, f"HOOKS/HELPERS name {sorted(missing)}, which BackendHooks lacks"
 
 
-def test_the_guide_renders_exactly_the_surface() -> None:
+def test_the_reference_renders_exactly_the_surface() -> None:
     rendered = _rendered_surface()
     assert rendered == [*_hooks.HELPERS, *_hooks.HOOKS], (
-        "docs/backend-authors.md's 'The manager and its hooks' list differs from "
-        "agentsessions._hooks.HELPERS + HOOKS"
+        "docs/backend-reference.md's surface differs from agentsessions._hooks.HELPERS + "
+        "HOOKS: regenerate it (uv run python -m agentsessions._reference "
+        "docs/backend-reference.md)"
     )
 
 
@@ -66,9 +66,10 @@ def test_the_manager_body_adds_no_hook() -> None:
 
 
 @pytest.mark.parametrize("hook", HOOKS)
-def test_the_guide_renders_the_hook(hook: str) -> None:
-    members = re.findall(r"^\s+- (_\w+)$", GUIDE.read_text(encoding="utf-8"), re.MULTILINE)
-    assert hook in members, f"docs/backend-authors.md does not list SessionManager.{hook}"
+def test_the_reference_renders_the_hook(hook: str) -> None:
+    assert hook in _rendered_surface(), (
+        f"docs/backend-reference.md does not render SessionManager.{hook}"
+    )
 
 
 @pytest.mark.parametrize("hook", HOOKS)

@@ -23,6 +23,7 @@ SERVER_SCHEMES = {
     "redis": "redis",
     "redis_cluster": "redis+cluster",
     "mongo": "mongodb",
+    "mysql": "mysql",
 }
 
 

@@ -22,6 +22,7 @@ from datetime import datetime, timezone
 from typing import Any, TypeVar
 
 from agentsessions import (
+    BackendUnavailableError,
     Event,
     MemorySessionManager,
     PartialSessionError,
@@ -44,6 +45,7 @@ from hypothesis.stateful import (
 )
 
 from ._clock import FrozenClock
+from ._faults import lost_replies
 
 __all__ = ["MachineConfig", "run_machine"]
 
@@ -172,6 +174,35 @@ def _machine(config: MachineConfig) -> type[RuleBasedStateMachine]:
             self.serial += 1
             return Event(id=f"e{self.serial}", author="user", content=content, timestamp=when)
 
+        def edit(self, edit: str, *copies: Session) -> None:
+            """Make one edit to each held copy of a pair, the same events in both."""
+            events: list[Event] = []
+            if edit.startswith("append"):
+                events = [self.event(edit) for _ in range(3 if edit == "append3" else 1)]
+            for copy in copies:
+                if edit.startswith("append"):
+                    copy.events.extend(events)
+                elif edit == "pop" and copy.events:
+                    copy.events.pop()
+                elif edit == "clear":
+                    copy.events.clear()
+                elif edit == "rewrite" and copy.events:
+                    copy.events[0] = copy.events[0].model_copy(update={"content": "rewritten"})
+                elif edit == "state":
+                    copy.state["n"] = copy.state.get("n", 0) + 1
+
+        def exported(self, session_id: str, user: str | None, count: int, version: int) -> Session:
+            """A session as an export holds it, for restore()."""
+            return Session(
+                session_id=session_id,
+                user_id=user,
+                events=[self.event(f"restored{i}") for i in range(count)],
+                state={"restored": count},
+                created_at=when,
+                updated_at=when,
+                version=version,
+            )
+
         # -- rules ----------------------------------------------------------------------
 
         @initialize(
@@ -248,20 +279,7 @@ def _machine(config: MachineConfig) -> type[RuleBasedStateMachine]:
             # A copy of an earlier life of the id (deleted or expired, then created
             # again) is stale even where its version matches the new life's.
             earlier_life = now_life is not None and now_life is not life
-            events: list[Event] = []
-            if edit.startswith("append"):
-                events = [self.event(edit) for _ in range(3 if edit == "append3" else 1)]
-            for copy in (got_copy, want_copy):
-                if edit.startswith("append"):
-                    copy.events.extend(events)
-                elif edit == "pop" and copy.events:
-                    copy.events.pop()
-                elif edit == "clear":
-                    copy.events.clear()
-                elif edit == "rewrite" and copy.events:
-                    copy.events[0] = copy.events[0].model_copy(update={"content": "rewritten"})
-                elif edit == "state":
-                    copy.state["n"] = copy.state.get("n", 0) + 1
+            self.edit(edit, got_copy, want_copy)
             subject = self.subjects[via % len(self.subjects)]
 
             async def pair() -> tuple[tuple[str, Any], tuple[str, Any]]:
@@ -367,6 +385,118 @@ def _machine(config: MachineConfig) -> type[RuleBasedStateMachine]:
             got, want = config.call(pair())
             _same(got, want, f"rewind({got_copy.session_id!r}, through {through!r})")
             assert got_copy.model_dump() == want_copy.model_dump()
+
+        @rule(
+            session_id=st.sampled_from(IDS),
+            user=st.sampled_from(USERS),
+            count=st.integers(0, 3),
+            version=st.sampled_from([1, 7]),
+            via=st.integers(0, 1),
+        )
+        def restore(
+            self, session_id: str, user: str | None, count: int, version: int, via: int
+        ) -> None:
+            exported = self.exported(session_id, user, count, version)
+            got, want = self.both(
+                via,
+                lambda m: m.restore(exported.model_copy(deep=True)),
+                f"restore({session_id!r}, {count} events, version {version})",
+            )
+            self.hold(got, want)
+
+        # -- lost replies: a write lands (or not) and its caller is not told -------------
+
+        @precondition(lambda self: bool(self.held))
+        @rule(
+            pick=st.integers(0, MAX_HELD - 1),
+            edit=st.sampled_from(["append", "pop", "rewrite", "state", "none"]),
+            landed=st.booleans(),
+            via=st.integers(0, 1),
+        )
+        def save_reply_lost(self, pick: int, edit: str, landed: bool, via: int) -> None:
+            """A save whose reply (or request) is lost, then saved again unchanged: the
+            outcome is the model's one save, landed exactly once."""
+            got_copy, want_copy, _ = self.held[pick % len(self.held)]
+            self.edit(edit, got_copy, want_copy)
+            subject = self.subjects[via % len(self.subjects)]
+
+            async def run() -> tuple[tuple[str, Any], tuple[str, Any]]:
+                with lost_replies(subject, "_save", landed=landed) as faults:
+                    first = await _attempt(subject.save(got_copy))
+                if faults.lost:
+                    assert first == ("raised", BackendUnavailableError), first
+                    first = await _attempt(subject.save(got_copy))  # the re-send
+                return first, await _attempt(self.reference.save(want_copy))
+
+            got, want = config.call(run())
+            what = f"save ({edit}) of {got_copy.session_id!r}, reply lost={landed}, retried"
+            _same(got, want, what)
+            assert got_copy.model_dump() == want_copy.model_dump()
+
+        @rule(
+            op=st.sampled_from(["create", "restore", "delete", "compact"]),
+            session_id=st.sampled_from(IDS),
+            user=st.sampled_from(USERS),
+            pick=st.integers(0, MAX_HELD - 1),
+            landed=st.booleans(),
+            via=st.integers(0, 1),
+        )
+        def write_reply_lost(
+            self, op: str, session_id: str, user: str | None, pick: int, landed: bool, via: int
+        ) -> None:
+            """A create, restore, delete or compaction whose reply (or request) is lost:
+            the store then holds what the model holds after that write happened once
+            (landed) or never (lost before it was sent), which every later step and
+            invariant compares; a create, restore or delete is then retried, and its
+            answer is the model's answer to the same retry."""
+            subject = self.subjects[via % len(self.subjects)]
+            exported = self.exported(session_id, user, 2, 3)
+            pair: tuple[Session, Session] | None = None
+            if op == "compact":
+                if not (self.held and config.compaction):
+                    return
+                index = pick % len(self.held)
+                got_copy, want_copy, life = self.held[index]
+                if self.life(want_copy.session_id) is not life or not want_copy.events:
+                    return  # an earlier life's copy: the compact rule covers its refusal
+                pair = (got_copy, want_copy)
+                through = want_copy.events[0].id
+                summary = [self.event("summary")]
+            hook = {"create": "_create", "restore": "_restore", "delete": "_delete"}.get(
+                op, "_compact"
+            )
+
+            def call(manager: SessionManager) -> Coroutine[Any, Any, Any]:
+                if op == "create":
+                    return manager.create(session_id, user)
+                if op == "restore":
+                    return manager.restore(exported.model_copy(deep=True))
+                if op == "delete":
+                    return manager.delete(session_id)
+                assert pair is not None
+                copy = pair[1] if manager is self.reference else pair[0]
+                return manager.compact(copy, through, summary, archive=True)
+
+            async def run() -> tuple[tuple[str, Any], tuple[str, Any] | None, int]:
+                with lost_replies(subject, hook, landed=landed) as faults:
+                    first = await _attempt(call(subject))
+                if faults.calls and not landed:
+                    return first, None, faults.calls  # never sent: the model does nothing
+                return first, await _attempt(call(self.reference)), faults.calls
+
+            first, want, calls = config.call(run())
+            what = f"{op}({session_id!r}) with its reply lost={landed}"
+            if want is None or (calls and want[0] == "ok"):
+                assert first == ("raised", BackendUnavailableError), f"{what}: {first}"
+            else:
+                _same(first, want, what)  # refused, with the same answer, before any loss
+            if pair is not None:
+                if want is not None and want[0] == "ok":
+                    # The subject's copy never heard of its compaction: it is stale now.
+                    self.held = [held for held in self.held if held[0] is not pair[0]]
+                return
+            got, model = self.both(via, call, f"{what}, retried")
+            self.hold(got, model)
 
         @rule(
             session_id=st.sampled_from(IDS),

@@ -48,6 +48,8 @@ class ErrorRule:
     build: Callable[[Any, Any], SessionError] | None = None
 
     def matches(self, exc: BaseException) -> bool:
+        """Whether this rule translates *exc*: of one of *types*, ``when`` true, raised
+        where ``raised_in`` says."""
         if not isinstance(exc, self.types):
             return False
         if self.when is not None and not self.when(exc):

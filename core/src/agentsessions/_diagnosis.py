@@ -1,9 +1,10 @@
 """The doctor's report: findings about a deployment's settings, and the checks every backend shares.
 
 `SessionManager.diagnose` runs the common checks here (TLS, the password's source,
-encryption at rest) and the backend's own `SessionManager._diagnose` hook, which reads
-the server's settings and returns `Finding`s; it may call `clock_skew` and
-`schema_version` for the checks whose logic is the same on every engine.
+client-side encryption) and the backend's own `SessionManager._diagnose` hook, which
+reads the server's settings and returns `Finding`s; it may call `clock_skew`,
+`schema_version` and `encryption_at_rest` for the checks whose logic is the same on
+every engine.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ __all__ = [
     "build_report",
     "clock_skew",
     "common_findings",
+    "encryption_at_rest",
     "finding",
     "schema_version",
     "worst",
@@ -41,6 +43,7 @@ REPORT_SCHEMA_VERSION: Literal[1] = 1
 DOCS_SITE = "https://agentsessions.github.io/agentsessions/"
 DOCS_PAGE = f"{DOCS_SITE}doctor/"
 
+#: How much a finding matters, from harmless to worst.
 Severity = Literal["ok", "info", "warning", "error", "critical"]
 #: From harmless to worst: a report's exit status follows the worst finding.
 SEVERITIES: tuple[Severity, ...] = ("ok", "info", "warning", "error", "critical")
@@ -223,9 +226,54 @@ def _encryption(manager: SessionManager) -> Finding:
     return finding(
         "common.encryption",
         "info",
-        "sessions are stored as plain JSON",
-        "whoever reads the database or its backups reads the conversations",
+        "sessions are stored as plain JSON (no client-side encryption)",
+        "whoever can query the database, or reads a dump of it, reads the conversations; "
+        "encryption of the server's own files hides them from neither",
         "connect(url, encryption=Keyring(...)) encrypts them at rest (docs/encryption.md)",
+    )
+
+
+def encryption_at_rest(
+    check: str, client_side: bool, server_on: bool | None, found: str, fix: str = ""
+) -> Finding:
+    """The finding on the server's files, from both sides of the encryption.
+
+    *client_side* is the manager's ``encryption`` option; *server_on* what the server
+    reports of its own encryption at rest (None: it cannot tell, or refused to say),
+    described by *found*; *fix* names the server's setting that turns it on, or (when
+    *server_on* is None) how to let the server tell.
+    """
+    if client_side:
+        return finding(
+            check,
+            "ok",
+            "client-side encryption is on: event contents, metadata and states reach the "
+            f"server's files encrypted (server: {found})",
+        )
+    if server_on:
+        return finding(check, "ok", found)
+    disk = "encrypt the disk under it (LUKS, the cloud provider's volume encryption)"
+    if server_on is None:
+        return finding(
+            check,
+            "info",
+            found,
+            "whether the server's files are encrypted cannot be read from it: on a disk "
+            "that is not, a copied disk, snapshot or file-level backup exposes the "
+            "conversations",
+            (f"{fix}; " if fix else "")
+            + f"check that the server's disk is encrypted, or {disk}, or encrypt on the "
+            "client: connect(url, encryption=Keyring(...))",
+        )
+    return finding(
+        check,
+        "info",
+        found,
+        "the server's data files, its logs and file-level backups hold the conversations "
+        "in clear, unless the disk under them is encrypted: a copied disk, snapshot or "
+        "backup exposes them",
+        (f"{fix}, or " if fix else "")
+        + f"{disk}, or encrypt on the client: connect(url, encryption=Keyring(...))",
     )
 
 

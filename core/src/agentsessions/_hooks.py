@@ -2,9 +2,10 @@
 
 `BackendHooks` is the one place the surface is declared: the ``_``-prefixed hooks a
 backend implements (`HOOKS`), and the attributes and helpers it may set or call
-(`HELPERS`); docs/backend-authors.md renders exactly these, and a test keeps the two
-in step. A new hook goes here, in `HOOKS` and in the guide's list; everything else a
-subclass inherits from `SessionManager` is the public API or private to the core.
+(`HELPERS`); docs/backend-reference.md renders exactly these (`_reference`), and a
+test keeps the two in step. A new hook goes here and in `HOOKS`, then the reference is
+regenerated; everything else a subclass inherits from `SessionManager` is the public
+API or private to the core.
 """
 
 from __future__ import annotations
@@ -99,6 +100,7 @@ class BackendHooks(abc.ABC):
     #: The options model; a backend subclasses `ManagerOptions` to add its own (and
     #: re-declares ``options`` with that type for the type checker).
     Options: ClassVar[type[ManagerOptions]] = ManagerOptions
+    #: This manager's validated options, an instance of `Options` (set by ``__init__``).
     options: ManagerOptions
     #: Query parameters that belong to the driver and stay in the URL.
     driver_query_params: ClassVar[frozenset[str]] = frozenset()
@@ -551,8 +553,9 @@ class BackendHooks(abc.ABC):
 
         Read the settings that decide whether the engine keeps what it acknowledged
         (durability, eviction, replication, schema version, the clock: see
-        `agentsessions.backend.clock_skew`) and return one finding per check, "ok" ones
-        included. Read-only: change no setting; write at most one probe key or row in
+        `agentsessions.backend.clock_skew`; encryption at rest: see
+        `agentsessions.backend.encryption_at_rest`) and return one finding per check,
+        "ok" ones included. Read-only: change no setting; write at most one probe key or row in
         the manager's namespace and remove it. The default says the backend has none.
 
         Raises:

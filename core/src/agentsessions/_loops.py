@@ -44,9 +44,11 @@ class LoopLock:
         )
 
     def locked(self) -> bool:
+        """Whether some task, in any event loop, holds the lock."""
         return self._locked
 
     async def acquire(self) -> None:
+        """Wait, without blocking the event loop, until this task holds the lock."""
         loop = asyncio.get_running_loop()
         with self._mutex:
             if not self._locked and not self._waiters:
@@ -67,6 +69,7 @@ class LoopLock:
             raise
 
     def release(self) -> None:
+        """Hand the lock to the next waiter (in whatever loop it waits), or free it."""
         with self._mutex:
             if not self._locked:
                 raise RuntimeError("LoopLock released while not held")
@@ -142,6 +145,7 @@ class PerLoop(Generic[T]):
 
     @property
     def closed(self) -> bool:
+        """Whether `aclose` ran: no resource is opened here any more."""
         return self._closed
 
     def __len__(self) -> int:

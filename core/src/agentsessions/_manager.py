@@ -15,8 +15,6 @@ from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from pydantic import ValidationError
-
 from . import (
     _branching,
     _codec,
@@ -48,9 +46,11 @@ from ._options import (
     MAX_TIMEOUT,
     MAX_TTL,
     ManagerOptions,
+    OptionConflict,
     PoolSize,
     SchemaTooNewError,
     Timeout,
+    validate_options,
 )
 from ._records import decode_cursor, encode_cursor
 from ._restore import Restorable, check_restorable
@@ -72,6 +72,7 @@ __all__ = [
     "MAX_TIMEOUT",
     "MAX_TTL",
     "ManagerOptions",
+    "OptionConflict",
     "PoolSize",
     "Restorable",
     "SchemaTooNewError",
@@ -118,6 +119,16 @@ class SessionManager(BackendHooks):
     """
 
     def __init__(self, url: str, options: ManagerOptions | None = None) -> None:
+        """Set up a manager for *url*, without any I/O: connecting waits for first use.
+
+        `from_url` (so `connect`) calls it with *url* stripped of the query parameters
+        that are options (the driver's own, `driver_query_params`, stay, and so does
+        the password) and *options* already validated as an `Options` instance. None: the
+        defaults; another class's options are validated again against `Options`. A
+        backend's ``__init__`` calls this first, then parses its URL (e.g. with
+        `parse_server_url`) and checks what the options alone cannot, raising
+        `InvalidOptionError`, and registers its `per_loop` resources: still no I/O.
+        """
         self._url = url
         if options is None:
             options = self.Options()
@@ -145,18 +156,7 @@ class SessionManager(BackendHooks):
     @classmethod
     def parse_options(cls, raw: Mapping[str, Any]) -> ManagerOptions:
         """Validate *raw* against `Options`, with an error naming each bad option."""
-        try:
-            return cls.Options.model_validate(dict(raw))
-        except ValidationError as exc:
-            problems = []
-            for error in exc.errors():
-                name = ".".join(str(part) for part in error["loc"]) or "options"
-                if error["type"] == "extra_forbidden":
-                    known = ", ".join(sorted(cls.Options.model_fields))
-                    problems.append(f"unknown option {name!r} (known: {known})")
-                else:
-                    problems.append(f"option {name!r}: {error['msg']} (got {error['input']!r})")
-            raise InvalidOptionError("; ".join(problems)) from None
+        return validate_options(cls.Options, raw)
 
     def with_options(self: ManagerT, **changes: Any) -> ManagerT:
         """A new, unopened manager on the same URL with some options changed.

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Mapping
+from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ._errors import InvalidOptionError
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -12,9 +15,11 @@ __all__ = [
     "MAX_TIMEOUT",
     "MAX_TTL",
     "ManagerOptions",
+    "OptionConflict",
     "PoolSize",
     "SchemaTooNewError",
     "Timeout",
+    "validate_options",
 ]
 
 #: Seconds every call may take end to end, unless the ``timeout`` option says otherwise.
@@ -38,6 +43,22 @@ class SchemaTooNewError(Exception):
     def __init__(self, found: int, known: int, where: str = "the database") -> None:
         super().__init__(found, known, where)
         self.found, self.known, self.where = found, known, where
+
+
+class OptionConflict(ValueError):
+    """Raised by an options model's validator: options valid one by one, not together.
+
+    A check across fields has no field of its own, so pydantic would report it under
+    the model as a whole; `SessionManager.parse_options` reports it under *options*,
+    the fields involved, instead: ``OptionConflict(("min_pool_size", "max_pool_size"),
+    "min_pool_size (5) is larger than max_pool_size (2)")`` becomes ``options
+    'min_pool_size' and 'max_pool_size': min_pool_size (5) is larger than max_pool_size
+    (2) (got min_pool_size='5', max_pool_size='2')``.
+    """
+
+    def __init__(self, options: tuple[str, ...], problem: str) -> None:
+        super().__init__(problem)
+        self.options, self.problem = options, problem
 
 
 #: A timeout option: finite seconds, more than 0, at most `MAX_TIMEOUT`.
@@ -80,3 +101,37 @@ class ManagerOptions(BaseModel):
         """*seconds* for one driver wait (connect, reply), or the ``timeout`` when None;
         never longer than the ``timeout``, which bounds the whole call anyway."""
         return self.timeout if seconds is None else min(seconds, self.timeout)
+
+
+OptionsT = TypeVar("OptionsT", bound=ManagerOptions)
+
+
+def validate_options(model: type[OptionsT], raw: Mapping[str, Any]) -> OptionsT:
+    """*raw* validated against *model*, or an `InvalidOptionError` naming each bad option."""
+    try:
+        return model.model_validate(dict(raw))
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            name = ".".join(str(part) for part in error["loc"])
+            if error["type"] == "extra_forbidden":
+                known = ", ".join(sorted(model.model_fields))
+                problems.append(f"unknown option {name!r} (known: {known})")
+            elif name:
+                problems.append(f"option {name!r}: {error['msg']} (got {error['input']!r})")
+            else:  # a check across fields, by the model's own validator
+                problems.append(_across_fields(error.get("ctx", {}).get("error"), raw))
+        raise InvalidOptionError("; ".join(problems)) from None
+
+
+def _across_fields(error: object, raw: Mapping[str, Any]) -> str:
+    """The problem a model validator found, named by the options an `OptionConflict`
+    says it involves (pydantic reports it under no field at all)."""
+    if not isinstance(error, OptionConflict) or not error.options:
+        given = ", ".join(f"{name}={value!r}" for name, value in sorted(raw.items()))
+        return f"the options together: {error} (got {given or 'the defaults'})"
+    quoted = [repr(name) for name in error.options]
+    listed = quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} and {quoted[-1]}"
+    given = ", ".join(f"{name}={raw[name]!r}" for name in error.options if name in raw)
+    plural = "s" * (len(quoted) > 1)
+    return f"option{plural} {listed}: {error.problem} (got {given or 'the defaults'})"

@@ -329,6 +329,7 @@ class SaveRequest:
 
     @property
     def session_id(self) -> str:
+        """The id of the session saved (``record.session_id``)."""
         return self.record.session_id
 
     @property

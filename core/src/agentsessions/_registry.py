@@ -65,7 +65,9 @@ __all__ = [
 ENTRY_POINT_GROUP = "agentsessions.backends"
 #: The override: ``scheme=distribution`` pairs, comma-separated.
 OVERRIDE_ENV = "AGENTSESSIONS_BACKENDS"
+#: Marks the hook specification (the core's `agentsessions_backends`).
 hookspec = pluggy.HookspecMarker("agentsessions")
+#: Marks a plugin's ``agentsessions_backends()``, which returns its `BackendSpec` list.
 hookimpl = pluggy.HookimplMarker("agentsessions")
 
 # Our own backends, so an unknown scheme can say which distribution to install.

@@ -38,7 +38,14 @@ What every hook may rely on, and must honour:
 
 from ._branching import fork_by_copy
 from ._deadline import ErrorRule
-from ._diagnosis import Finding, Severity, clock_skew, finding, schema_version
+from ._diagnosis import (
+    Finding,
+    Severity,
+    clock_skew,
+    encryption_at_rest,
+    finding,
+    schema_version,
+)
 from ._loops import LoopLock, PerLoop
 from ._manager import (
     MAX_LAST_EVENTS,
@@ -46,6 +53,7 @@ from ._manager import (
     MAX_TIMEOUT,
     MAX_TTL,
     ManagerOptions,
+    OptionConflict,
     PoolSize,
     SchemaTooNewError,
     SessionManager,
@@ -103,6 +111,7 @@ __all__ = [
     "LoadedSession",
     "LoopLock",
     "ManagerOptions",
+    "OptionConflict",
     "PerLoop",
     "PoolSize",
     "RewindRequest",
@@ -115,6 +124,7 @@ __all__ = [
     "TOKENS_KEPT",
     "Timeout",
     "clock_skew",
+    "encryption_at_rest",
     "decode_cursor",
     "decode_events",
     "decode_record",

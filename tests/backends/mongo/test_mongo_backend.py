@@ -24,6 +24,7 @@ from agentsessions.backend import Capabilities
 from agentsessions_conformance import FrozenClock
 from agentsessions_mongo import MongoSessionManager
 from agentsessions_mongo import _manager as manager_module
+from agentsessions_mongo._buckets import BUCKET_EVENTS, stored_positions
 from agentsessions_mongo._layout import PENDING
 from pymongo.asynchronous.database import AsyncDatabase
 
@@ -39,9 +40,17 @@ def collections(manager: MongoSessionManager) -> tuple[str, str]:
 
 
 async def raw_positions(raw_db: RawDb, manager: MongoSessionManager, session_id: str) -> list[int]:
-    """Positions of every event document of the session, published or not."""
-    cursor = raw_db[collections(manager)[1]].find({"session": session_id}, {"pos": 1})
-    return sorted([doc["pos"] async for doc in cursor])
+    """Positions of every stored event of the session (tail and buckets), published or not."""
+    sessions, events = collections(manager)
+    doc = await raw_db[sessions].find_one(
+        {"_id": session_id}, {"first": 1, "tail": 1, "tail_start": 1}
+    )
+    docs = await raw_db[events].find({"session": session_id}, {"pos": 1, "data": 1}).to_list(None)
+    return sorted(stored_positions(doc, docs))
+
+
+#: More events than the tail holds: a save of this many seals them into buckets.
+SEAL = BUCKET_EVENTS + 1
 
 
 def contents(session: Any) -> list[Any]:
@@ -111,24 +120,48 @@ async def test_database_defaults_to_agentsessions(mongo_url: str, namespace: str
 # -- layout ----------------------------------------------------------------------------
 
 
-async def test_layout_one_document_per_event_json_text(
+async def test_layout_tail_then_buckets_json_text(
     mongo: MongoSessionManager, raw_db: RawDb
 ) -> None:
     sessions_name, events_name = collections(mongo)
     session = await mongo.create("layout", "u1", state={"a.b": 1, "$c": 2**63 - 1})
     for index in range(3):
-        session.add_event("user", {"n": index, "$k.e": "x\x00y"})
+        session.add_event("user", {"n": index, "$k.e": "x\\x00y"})
     await mongo.save(session)
 
+    # Three events fit the tail: pushed into the session document, no bucket written.
     doc = await raw_db[sessions_name].find_one({"_id": "layout"})
     assert doc is not None
     assert doc["user_id"] == "u1" and doc["version"] == 2 and doc["event_count"] == 3
     assert isinstance(doc["state"], str) and '"a.b"' in doc["state"]
     assert doc["expires_at"] is None
-    events = await raw_db[events_name].find({"session": "layout"}).sort("pos", 1).to_list(None)
-    assert [event["pos"] for event in events] == [0, 1, 2]
-    assert all(isinstance(event["data"], str) for event in events)
-    assert Event.model_validate_json(events[1]["data"]).content == {"n": 1, "$k.e": "x\x00y"}
+    assert doc["tail_start"] == 0 and len(doc["tail"]) == 3
+    assert all(isinstance(text, str) for text in doc["tail"])
+    assert Event.model_validate_json(doc["tail"][1]).content == {"n": 1, "$k.e": "x\\x00y"}
+    assert await raw_db[events_name].count_documents({"session": "layout"}) == 0
+
+    # A save the tail cannot hold seals it: tail and new events go to a full bucket,
+    # and what is left over starts the next tail.
+    for index in range(3, 3 + SEAL):
+        session.add_event("user", {"n": index})
+    await mongo.save(session)
+    doc = await raw_db[sessions_name].find_one({"_id": "layout"})
+    assert doc is not None and doc["tail_start"] == BUCKET_EVENTS
+    assert len(doc["tail"]) == 3 + SEAL - BUCKET_EVENTS
+    buckets = await raw_db[events_name].find({"session": "layout"}).sort("pos", 1).to_list(None)
+    assert [(bucket["pos"], len(bucket["data"])) for bucket in buckets] == [(0, BUCKET_EVENTS)]
+    assert Event.model_validate_json(buckets[0]["data"][1]).content == {"n": 1, "$k.e": "x\\x00y"}
+    # Appends go to the tail again; every reader sees one history.
+    session.add_event("user", {"n": 3 + SEAL})
+    await mongo.save(session)
+    for reader in (mongo, await _fresh(mongo)):
+        whole = await reader.get("layout")
+        assert whole is not None
+        assert [event.content["n"] for event in whole.events] == list(range(4 + SEAL))
+        window = await reader.get("layout", last_events=3)
+        assert window is not None
+        assert [event.content["n"] for event in window.events] == [1 + SEAL, 2 + SEAL, 3 + SEAL]
+    assert await raw_positions(raw_db, mongo, "layout") == list(range(4 + SEAL))
 
     event_indexes = await raw_db[events_name].index_information()
     assert any(
@@ -170,37 +203,43 @@ def kill_after_insert(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return inserted
 
 
-async def test_killed_append_is_invisible_and_cleaned_by_next_save(
+async def test_killed_seal_is_invisible_and_cleaned_by_next_seal(
     mongo: MongoSessionManager, raw_db: RawDb, kill_after_insert: list[int]
 ) -> None:
     session = await mongo.create("killed")
-    session.add_event("user", "lost")
-    # First save is killed: patch applies to it.
-    for index in range(3):
+    # The first save is killed between its buckets and its publish.
+    for index in range(SEAL):
         session.add_event("user", f"lost{index}")
     with pytest.raises(RuntimeError, match="killed"):
         await mongo.save(session)
-    assert kill_after_insert == [4]
-    assert len(await raw_positions(raw_db, mongo, "killed")) == 4  # leftovers are there...
+    assert kill_after_insert == [1]  # one full bucket (the last event was for the tail)
+    leftovers = list(range(BUCKET_EVENTS))
+    assert await raw_positions(raw_db, mongo, "killed") == leftovers  # leftovers...
 
     for reader in (mongo, await _fresh(mongo)):
         stored = await reader.get("killed")
         assert stored is not None and stored.version == 1 and stored.events == []
-        assert await reader.get("killed", last_events=2) is not None
         window = await reader.get("killed", last_events=2)
         assert window is not None and window.events == []
 
-    # ...and the next save of the session, which lands on the same positions, cleans them.
+    # ...an append that fits the tail neither sees nor touches them...
     stored = await mongo.get("killed")
     assert stored is not None
     stored.add_event("user", "next")
     await mongo.save(stored)
+    assert await raw_positions(raw_db, mongo, "killed") == sorted([0, *leftovers])
+    # ...and the next seal, which lands on the same position, moves to a fresh
+    # generation, whose publish sweeps them.
+    for index in range(BUCKET_EVENTS):
+        stored.add_event("user", index)
+    await mongo.save(stored)
     again = await (await _fresh(mongo)).get("killed")
-    assert again is not None and contents(again) == ["next"] and again.version == 2
-    assert await raw_positions(raw_db, mongo, "killed") == [0]
+    assert again is not None and contents(again) == ["next", *range(BUCKET_EVENTS)]
+    assert again.version == 3
+    assert await raw_positions(raw_db, mongo, "killed") == list(range(SEAL))
 
 
-async def test_cancelled_save_is_invisible_and_cleaned(
+async def test_cancelled_seal_is_invisible_and_cleaned(
     mongo: MongoSessionManager, raw_db: RawDb, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     session = await mongo.create("cancelled")
@@ -217,8 +256,8 @@ async def test_cancelled_save_is_invisible_and_cleaned(
         return ok
 
     monkeypatch.setattr(MongoSessionManager, "_insert", insert_then_hang)
-    session.add_event("user", "b")
-    session.add_event("user", "c")
+    for index in range(BUCKET_EVENTS):
+        session.add_event("user", index)
     task = asyncio.create_task(mongo.save(session))
     await inserted.wait()
     task.cancel()
@@ -226,52 +265,59 @@ async def test_cancelled_save_is_invisible_and_cleaned(
         await task
     monkeypatch.setattr(MongoSessionManager, "_insert", original)
 
-    assert await raw_positions(raw_db, mongo, "cancelled") == [0, 1, 2]
+    # The tail's "a", and the cancelled seal's bucket (which copied it).
+    assert await raw_positions(raw_db, mongo, "cancelled") == sorted([0, *range(BUCKET_EVENTS)])
     stored = await (await _fresh(mongo)).get("cancelled")
     assert stored is not None and contents(stored) == ["a"] and stored.version == 2
     tail = await mongo.get("cancelled", last_events=5)
     assert tail is not None and contents(tail) == ["a"]
 
-    tail.add_event("user", "d")
+    for index in range(BUCKET_EVENTS):
+        tail.add_event("user", f"d{index}")
     await mongo.save(tail)
     final = await (await _fresh(mongo)).get("cancelled")
-    assert final is not None and contents(final) == ["a", "d"]
-    assert await raw_positions(raw_db, mongo, "cancelled") == [0, 1]
+    assert final is not None and contents(final) == ["a", *(f"d{i}" for i in range(BUCKET_EVENTS))]
+    assert await raw_positions(raw_db, mongo, "cancelled") == list(range(SEAL))
 
 
 async def test_killed_rewrite_is_invisible_and_cleaned_by_next_rewrite(
     mongo: MongoSessionManager, raw_db: RawDb
 ) -> None:
+    history = 2 * BUCKET_EVENTS
     session = await mongo.create("rewrite")
-    session.events = [Event(author="user", content=i) for i in range(3)]
-    await mongo.save(session)
+    session.events = [Event(author="user", content=i) for i in range(history)]
+    await mongo.save(session)  # sealed: two full buckets, an empty tail
     original = MongoSessionManager._insert
 
     async def insert_then_die(self: MongoSessionManager, docs: list[dict[str, Any]]) -> bool:
         await original(self, docs)
         raise RuntimeError("killed rewrite")
 
-    # A rewrite (replace the last event) killed between its insert and its publish.
+    # A rewrite (replace the last event, in the second bucket) killed between its insert
+    # and its publish: it wrote that whole bucket again, under a fresh generation.
     session.events[-1] = Event(author="user", content="edited")
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(MongoSessionManager, "_insert", insert_then_die)
         with pytest.raises(RuntimeError, match="killed rewrite"):
             await mongo.save(session)
-    assert await raw_positions(raw_db, mongo, "rewrite") == [0, 1, 2, 2]
+    kept = list(range(history))
+    dead = list(range(BUCKET_EVENTS, history))
+    assert await raw_positions(raw_db, mongo, "rewrite") == sorted(kept + dead)
     stored = await (await _fresh(mongo)).get("rewrite")
-    assert stored is not None and contents(stored) == [0, 1, 2] and stored.version == 2
+    assert stored is not None and contents(stored) == kept and stored.version == 2
 
     # Its documents carry a generation nobody publishes, so a plain append neither
     # sees nor trips over them (and, to stay O(new events), does not look for them)...
-    stored.add_event("user", 3)
+    stored.add_event("user", "appended")
     await mongo.save(stored)
-    assert await raw_positions(raw_db, mongo, "rewrite") == [0, 1, 2, 2, 3]
+    assert await raw_positions(raw_db, mongo, "rewrite") == sorted([*kept, history, *dead])
     # ...the next save that publishes a new generation sweeps every dead document.
-    stored.events[-1] = Event(author="user", content="edited again")
+    stored.events[history - 2] = Event(author="user", content="edited again")
     await mongo.save(stored)
     final = await (await _fresh(mongo)).get("rewrite")
-    assert final is not None and contents(final) == [0, 1, 2, "edited again"]
-    assert await raw_positions(raw_db, mongo, "rewrite") == [0, 1, 2, 3]
+    assert final is not None
+    assert contents(final) == [*range(history - 2), "edited again", history - 1, "appended"]
+    assert await raw_positions(raw_db, mongo, "rewrite") == list(range(history + 1))
 
     assert await mongo.delete("rewrite")
     assert await raw_positions(raw_db, mongo, "rewrite") == []
@@ -299,9 +345,10 @@ async def test_two_saves_that_both_wrote_events_one_wins_cleanly(
     mine = await paused_manager.get("race")
     theirs = await other_manager.get("race")
     assert mine is not None and theirs is not None
-    mine.add_event("user", "paused-1")
-    mine.add_event("user", "paused-2")
-    theirs.add_event("user", "other-1")
+    # Both seal: the tail's "base" and their events go to buckets before the publish.
+    for index in range(BUCKET_EVENTS):
+        mine.add_event("user", f"paused-{index}")
+        theirs.add_event("user", f"other-{index}")
 
     original = MongoSessionManager._insert
     inserted, release = asyncio.Event(), asyncio.Event()
@@ -316,14 +363,15 @@ async def test_two_saves_that_both_wrote_events_one_wins_cleanly(
     monkeypatch.setattr(MongoSessionManager, "_insert", pausing_insert)
     paused_task = asyncio.create_task(paused_manager.save(mine))
     await inserted.wait()
-    assert len(await raw_positions(raw_db, paused_manager, "race")) == 3
+    # The tail's "base", and the paused seal's bucket (which copied it).
+    assert len(await raw_positions(raw_db, paused_manager, "race")) == 1 + BUCKET_EVENTS
 
     if first_to_publish == "other":
         await other_manager.save(theirs)
         release.set()
         with pytest.raises(SessionConflictError):
             await paused_task
-        expected = ["base", "other-1"]
+        expected = ["base", *(f"other-{index}" for index in range(BUCKET_EVENTS))]
     else:
         # Let the paused save publish first, while the other one is between its own
         # insert and publish.
@@ -345,7 +393,7 @@ async def test_two_saves_that_both_wrote_events_one_wins_cleanly(
         other_release.set()
         with pytest.raises(SessionConflictError):
             await other_task
-        expected = ["base", "paused-1", "paused-2"]
+        expected = ["base", *(f"paused-{index}" for index in range(BUCKET_EVENTS))]
 
     monkeypatch.setattr(MongoSessionManager, "_insert", original)
     for reader in (paused_manager, other_manager, await _fresh(paused_manager)):
@@ -376,13 +424,19 @@ async def test_many_rewrites_keep_segments_bounded(
     mongo: MongoSessionManager, raw_db: RawDb
 ) -> None:
     session = await mongo.create("edits")
-    for turn in range(3 * manager_module.MAX_SEGMENTS):
-        session.add_event("user", f"turn{turn}")
+    turns = manager_module.MAX_SEGMENTS + 4
+    for turn in range(turns):
+        session.events.extend(Event(author="user", content=turn) for _ in range(SEAL))
+        await mongo.save(session)  # a full bucket sealed, one event in the tail
+        # Edit the turn's last sealed event: a rewrite into a fresh generation from
+        # its bucket's start, which adds a segment each time.
+        session.events[-2] = Event(author="user", content=f"edited{turn}")
         await mongo.save(session)
-        # Edit the previous answer: a rewrite, which adds a segment each time.
-        session.events[-1] = Event(author="user", content=f"edited{turn}")
-        await mongo.save(session)
-    expected = [f"edited{turn}" for turn in range(3 * manager_module.MAX_SEGMENTS)]
+    expected = [
+        content
+        for turn in range(turns)
+        for content in [*([turn] * (BUCKET_EVENTS - 1)), f"edited{turn}", turn]
+    ]
     stored = await (await _fresh(mongo)).get("edits")
     assert stored is not None and contents(stored) == expected
     tail = await mongo.get("edits", last_events=5)
@@ -397,8 +451,8 @@ async def test_reader_rereads_when_cleanup_overtakes_it(
 ) -> None:
     reader, writer = await make_manager(), await make_manager()
     session = await writer.create("overtaken")
-    session.events = [Event(author="user", content=i) for i in range(4)]
-    await writer.save(session)
+    session.events = [Event(author="user", content=i) for i in range(SEAL)]
+    await writer.save(session)  # sealed into buckets, which the rewrite below replaces
     original = MongoSessionManager._read_texts
     interposed: list[bool] = []
 
@@ -431,8 +485,8 @@ async def test_create_over_expired_and_purge_reclaim_events(
     session.add_event("user", "old")
     await short.save(session)
     gone = await short.create("ttl-monitor", "u")
-    gone.add_event("user", "orphan")
-    await short.save(gone)
+    gone.events = [Event(author="user", content=i) for i in range(SEAL)]
+    await short.save(gone)  # sealed: a full bucket, and one event in the tail
     clock.advance(61)
     assert await short.get("old") is None
 
@@ -440,9 +494,9 @@ async def test_create_over_expired_and_purge_reclaim_events(
     assert fresh.events == [] and fresh.version == 1
     assert await raw_positions(raw_db, short, "old") == []  # the expired one's events went
 
-    # What MongoDB's TTL monitor does: it deletes the session document, not its events.
+    # What MongoDB's TTL monitor does: it deletes the session document, not its buckets.
     await raw_db[collections(short)[0]].delete_one({"_id": "ttl-monitor"})
-    assert await raw_positions(raw_db, short, "ttl-monitor") == [0]
+    assert await raw_positions(raw_db, short, "ttl-monitor") == list(range(BUCKET_EVENTS))
     assert await short.purge_expired() == 0
     assert await raw_positions(raw_db, short, "ttl-monitor") == []
 
@@ -466,7 +520,7 @@ async def test_delete_user_and_purge_erase_every_batch_with_its_events(
     for name in ("mine", "doomed"):
         for index in range(8):
             session = await manager.create(f"{name}-{index}", name)
-            session.add_event("user", "x")
+            session.events = [Event(author="user", content="x") for _ in range(SEAL)]
             await manager.save(session)
     await manager.create("other-user", "someone")
     assert await manager.delete_user("mine") == 8

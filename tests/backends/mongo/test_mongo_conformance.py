@@ -11,6 +11,7 @@ import pytest_asyncio
 from agentsessions import SessionManager
 from agentsessions_conformance import Inventory, SessionManagerTests
 from agentsessions_mongo import MongoSessionManager
+from agentsessions_mongo._buckets import stored_positions
 from encryption_params import make_keyring
 from pymongo.asynchronous.database import AsyncDatabase
 
@@ -34,11 +35,13 @@ class TestMongoConformance(SessionManagerTests):
         assert isinstance(manager, MongoSessionManager)
         prefix = f"{manager.options.namespace}_" if manager.options.namespace else ""
         records = await self.raw_db[f"{prefix}sessions"].count_documents({"_id": session_id})
-        doc = await self.raw_db[f"{prefix}sessions"].find_one({"_id": session_id}, {"first": 1})
-        # Relative to the first position a compaction moved (0 for an erased id).
-        base = doc.get("first", 0) if doc else 0
-        cursor = self.raw_db[f"{prefix}events"].find({"session": session_id}, {"pos": 1})
-        events = [item["pos"] - base async for item in cursor]
+        doc = await self.raw_db[f"{prefix}sessions"].find_one(
+            {"_id": session_id}, {"first": 1, "tail": 1, "tail_start": 1}
+        )
+        cursor = self.raw_db[f"{prefix}events"].find({"session": session_id}, {"pos": 1, "data": 1})
+        # Every event of every bucket and of the tail, relative to the first position a
+        # compaction moved (0 for an erased id).
+        events = stored_positions(doc, await cursor.to_list(None))
         archived = await self.raw_db[f"{prefix}archive"].count_documents({"session": session_id})
         return Inventory(records=records, events=events, archived=archived)
 

@@ -1,18 +1,25 @@
 """The MySQL/MariaDB doctor against a private MariaDB: each hazard provoked with
 ``SET GLOBAL`` (or a start option) and reported, and a well-configured server quiet.
+Encryption at rest both ways for real: a MariaDB that encrypts its tables and logs with
+the file_key_management plugin and a key generated here, and one that does not; MySQL
+8's variables on recorded readings; a user without PROCESS, refused the tablespace
+views, for real.
 
 Never the shared server: its settings belong to the other tests."""
 
 from __future__ import annotations
 
+import asyncio
+import os
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import asyncmy
 import pytest
 import pytest_asyncio
 from agentsessions import Diagnosis, Finding, connect
-from agentsessions_mysql._diagnosis import durability, packet, read_only
+from agentsessions_mysql._diagnosis import TABLES, durability, encryption, packet, read_only
 from agentsessions_mysql._options import connect_arguments
 from agentsessions_testservers import ManagedServer, ServerUnavailable, start_mysql
 
@@ -133,8 +140,6 @@ async def test_a_pool_larger_than_the_server_admits(server: ManagedServer, setti
 def test_doublewrite_off() -> None:
     # innodb_doublewrite is not dynamic on every supported server: a start option.
     with _start("--skip-innodb-doublewrite") as started:
-        import asyncio
-
         found = by_check(asyncio.run(diagnose(started.url)))
     assert found["mysql.doublewrite"].severity == "error"
     # Without a binary log there is nothing for sync_binlog to lose.
@@ -151,3 +156,107 @@ def test_readings_judged_alone() -> None:
     }
     assert packet(9 * 1024 * 1024, 9 * 1024 * 1024 + 1).severity == "error"
     assert read_only("0").severity == "ok"
+
+
+def _encrypting(keys: Path, *extra: str) -> ManagedServer:
+    """A MariaDB encrypting tables, redo log and binary log with a key of its own."""
+    keys.write_text(f"1;{os.urandom(32).hex()}\n", encoding="utf-8")
+    keys.chmod(0o600)
+    return _start(
+        "--plugin-load-add=file_key_management",
+        f"--file-key-management-filename={keys}",
+        "--innodb-encrypt-tables=ON",
+        "--innodb-encrypt-log=ON",
+        "--innodb-encryption-threads=1",
+        "--encrypt-binlog=ON",
+        *DURABLE,
+        *extra,
+    )
+
+
+# With innodb_file_per_table off the tables live in the (encrypted) system tablespace.
+@pytest.mark.parametrize("layout", [(), ("--innodb-file-per-table=OFF",)], ids=["own", "system"])
+def test_a_server_encrypting_tables_and_logs(tmp_path: Path, layout: tuple[str, ...]) -> None:
+    with _encrypting(tmp_path / "keys.txt", *layout) as started:
+        found = by_check(asyncio.run(diagnose(started.url)))["mysql.encryption_at_rest"]
+    assert found.severity == "ok"
+    assert found.found == f"the session tables are encrypted ({', '.join(TABLES)})"
+
+
+def test_encrypted_tables_with_the_binary_log_in_clear(tmp_path: Path) -> None:
+    # The last of a repeated option wins: everything encrypted but the binary log.
+    with _encrypting(tmp_path / "keys.txt", "--encrypt-binlog=OFF") as started:
+        found = by_check(asyncio.run(diagnose(started.url)))["mysql.encryption_at_rest"]
+    assert found.severity == "info"
+    assert found.found.endswith(
+        "but not the binary log (encrypt_binlog = OFF): recent saves sit there in clear"
+    )
+
+
+async def test_a_server_that_does_not_encrypt(server: ManagedServer) -> None:
+    found = by_check(await diagnose(server.url))["mysql.encryption_at_rest"]
+    assert found.severity == "info"
+    assert found.found == f"not encrypted: {', '.join(TABLES)} (innodb_encrypt_tables = OFF)"
+    assert "innodb_encrypt_tables" in found.fix
+    # The client's encryption covers what the server leaves in clear.
+    keyring = pytest.importorskip("agentsessions.encryption").Keyring({"k1": bytes(range(32))})
+    found = by_check(await diagnose(server.url, encryption=keyring))["mysql.encryption_at_rest"]
+    assert (found.severity, found.found.startswith("client-side encryption is on")) == ("ok", True)
+    assert "not encrypted" in found.found  # the server's own answer, still told
+
+
+def test_encryption_judged_on_recorded_readings() -> None:
+    every = dict.fromkeys(TABLES, True)
+    maria = {"innodb_encrypt_tables": "ON", "innodb_encrypt_log": "ON", "encrypt_binlog": "OFF"}
+    # Tables encrypted, the binary log (on) not: its events hold the sessions in clear.
+    found = encryption(maria, every, log_bin=True, client_side=False)
+    assert found.severity == "info"
+    assert "but not the binary log (encrypt_binlog = OFF)" in found.found
+    assert encryption(maria, every, log_bin=False, client_side=False).severity == "ok"
+    # MySQL 8's names; the redo log left in clear.
+    mysql = {
+        "default_table_encryption": "ON",
+        "innodb_redo_log_encrypt": "OFF",
+        "binlog_encryption": "ON",
+    }
+    found = encryption(mysql, every, log_bin=True, client_side=False)
+    assert "not the redo log (innodb_redo_log_encrypt = OFF)" in found.found
+    mysql["innodb_redo_log_encrypt"] = "ON"
+    assert encryption(mysql, every, log_bin=True, client_side=False).severity == "ok"
+    # One table still in clear (a key rotation thread not done, or ENCRYPTED=NO).
+    partial = {**every, "agentsessions_events": False}
+    found = encryption(mysql, partial, log_bin=True, client_side=False)
+    assert found.severity == "info"
+    assert found.found == "not encrypted: agentsessions_events (default_table_encryption = ON)"
+    # The tablespace views refused (no PROCESS privilege): unknown, said so.
+    found = encryption(maria, None, log_bin=True, client_side=False)
+    assert (found.severity, "could not be read" in found.found) == ("info", True)
+    assert found.fix.startswith("grant the doctor's user PROCESS")
+
+
+async def _grant_all_but_process(url: str) -> None:
+    """A user 'app' with every privilege on the test database, none on the server."""
+    connection = await asyncmy.connect(**connect_arguments(url), autocommit=True)
+    try:
+        async with connection.cursor() as cursor:
+            # The private server starts with --skip-grant-tables: this turns grants on.
+            await cursor.execute("FLUSH PRIVILEGES")
+            await cursor.execute("CREATE USER 'app'@'127.0.0.1' IDENTIFIED BY 'apppw'")
+            await cursor.execute(
+                "GRANT ALL PRIVILEGES ON agentsessions_test.* TO 'app'@'127.0.0.1'"
+            )
+    finally:
+        connection.close()
+
+
+def test_a_user_without_process_is_told_what_could_not_be_read() -> None:
+    with _start() as started:
+        asyncio.run(_grant_all_but_process(started.url))
+        url = started.url.replace("mysql://root@", "mysql://app:apppw@", 1)
+        found = by_check(asyncio.run(diagnose(url)))
+    encrypted = found["mysql.encryption_at_rest"]
+    assert encrypted.severity == "info"
+    assert encrypted.found.startswith("the tablespaces' encryption could not be read")
+    assert encrypted.found.endswith("the default for new tables: OFF")
+    assert encrypted.fix.startswith("grant the doctor's user PROCESS")
+    assert found["mysql.schema_version"].severity == "ok"  # the rest of the run went on

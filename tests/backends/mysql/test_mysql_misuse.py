@@ -41,6 +41,25 @@ def test_bad_urls_and_options_fail_at_connect(
     assert PASSWORD not in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"min_pool_size": 5, "max_pool_size": 2}, "options 'min_pool_size' and 'max_pool_size': "),
+        ({"min_pool_size": 11}, "options 'min_pool_size' and 'max_pool_size': "),
+        ({"ssl_cert": "/c.pem"}, "options 'ssl_cert' and 'ssl_key': "),
+        ({"ssl_key": "/k.pem"}, "options 'ssl_cert' and 'ssl_key': "),
+    ],
+)
+def test_a_check_across_options_names_them(options: dict[str, Any], named: str) -> None:
+    # pydantic reports a model validator's error under no field: it must still name
+    # the options involved, never "options" (which is also a driver parameter's name).
+    with pytest.raises(InvalidOptionError) as caught:
+        connect(BASE, **options)
+    message = str(caught.value)
+    assert message.startswith(named), message
+    assert "'options'" not in message
+
+
 @pytest.mark.parametrize("scheme", ["mysql", "mariadb"])
 def test_both_schemes_and_a_percent_encoded_password(scheme: str) -> None:
     manager = connect(f"{scheme}://app:zq%23%2F%40kw@[::1]:3307/db?max_pool_size=3")

@@ -96,3 +96,17 @@ def test_standby_and_versions_judged_from_recorded_readings() -> None:
     assert replication(2, False, "ANY 1 (s1, s2)", "local").severity == "error"
     assert version(120022).severity == "warning"
     assert version(170002).severity == "ok"
+
+
+async def test_encryption_at_rest_is_the_clients_to_give(durable: ManagedServer) -> None:
+    # PostgreSQL cannot encrypt its own files: off, the finding says so and names the
+    # disk; the client's encryption, on, makes it ok.
+    url = durable.url
+    found = by_check(await diagnose(url))["postgres.encryption_at_rest"]
+    assert found.severity == "info"
+    assert found.found.startswith("PostgreSQL does not encrypt its files")
+    assert "encrypt the disk" in found.fix and "Keyring" in found.fix
+    keyring = pytest.importorskip("agentsessions.encryption").Keyring({"k1": bytes(range(32))})
+    found = by_check(await diagnose(url, encryption=keyring))["postgres.encryption_at_rest"]
+    assert found.severity == "ok"
+    assert found.found.startswith("client-side encryption is on")

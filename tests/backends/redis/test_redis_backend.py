@@ -9,7 +9,7 @@ import sys
 import uuid
 import warnings
 from collections.abc import AsyncIterator, Callable, Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from agentsessions import (
     SessionConflictError,
     connect,
 )
+from agentsessions.backend import TOKENS_KEPT, SaveRequest
 from agentsessions_redis import RedisSessionManager
 from agentsessions_redis import _manager as redis_manager
 from agentsessions_redis._client import split_cluster_url
@@ -39,8 +40,9 @@ async def keys_under(manager: RedisSessionManager) -> set[bytes]:
 
 
 def session_keys(manager: RedisSessionManager, session_id: str) -> list[str]:
+    """The keys a session has once saved: hash, events and token ring (no archive)."""
     keys = manager.keys.session(session_id)
-    return [keys.hash, keys.events]
+    return [keys.hash, keys.events, keys.tokens]
 
 
 # -- key layout ---------------------------------------------------------------------------
@@ -63,10 +65,10 @@ async def test_awkward_ids_are_distinct_sessions_each_on_one_slot(deployment: Fa
         slots = {key_slot(key.encode()) for key in session_keys(manager, session_id)}
         assert len(slots) == 1, f"keys of {session_id!r} span slots {slots}"
     stored = await keys_under(manager)
-    # Two keys per session (hash and events), no key shared between two ids.
+    # Three keys per saved session (hash, events, tokens), none shared between two ids.
     expected = {key.encode() for sid in AWKWARD_IDS for key in session_keys(manager, sid)}
     assert expected <= stored
-    assert len(expected) == 2 * len(AWKWARD_IDS)
+    assert len(expected) == 3 * len(AWKWARD_IDS)
     listed = await manager.list_sessions(limit=100)
     assert sorted(item.session_id for item in listed.items) == sorted(AWKWARD_IDS)
 
@@ -94,12 +96,12 @@ async def test_every_key_expires_together_and_save_refreshes_them(deployment: Fa
     session.add_event("user", "hello")
     await manager.save(session)
     first = await pexpiretimes(manager, "short")
-    assert first[0] > 0 and first[0] == first[1], "hash and events must expire at one instant"
+    assert first[0] > 0 and len(set(first)) == 1, "every key must expire at one instant"
     await asyncio.sleep(0.3)
     session.add_event("user", "again")
     await manager.save(session)
     second = await pexpiretimes(manager, "short")
-    assert second[0] == second[1]
+    assert len(set(second)) == 1
     assert second[0] >= first[0] + 250, "a save must push back the expiry of every key"
 
     deadline = asyncio.get_running_loop().time() + 10
@@ -124,7 +126,7 @@ async def test_save_without_ttl_makes_every_key_persistent(deployment: Factory) 
         assert session is not None
         session.add_event("user", "y")
         await forever.save(session)
-        assert await pexpiretimes(forever, "kept") == [-1, -1]
+        assert await pexpiretimes(forever, "kept") == [-1, -1, -1]
         await forever.delete("kept")
 
 
@@ -362,17 +364,129 @@ async def test_a_retried_save_that_already_landed_is_not_a_conflict(
     # resent script see its own write instead of a version conflict.
     manager: RedisSessionManager = await standalone()
     session = await manager.create("retry")
-    keys = [*session_keys(manager, "retry"), manager.keys.session("retry").archive]
+    keys = manager.keys.session("retry").every
     token = b"0123456789abcdef0123456789abcdef"
     lineage = "0123456789abcdef"
     expected = (await manager.client.hget(keys[0], "l")).rpartition(b":")[0]  # create's
     assert expected
     event = '{"id":"e","author":"a"}'
-    args = [1, 1, token, 0, "{}", 2, 2_000_000, "", "", 1, lineage, expected, event]
+    args = [1, 1, token, 0, "{}", 2, 2_000_000, "", lineage, expected, event]
     assert await manager._link.save(keys, args) == 1
     assert await manager._link.save(keys, args) == 1
     assert await manager.client.llen(keys[1]) == 1
     assert session.version == 1
+
+
+def _old_tokens(count: int) -> list[bytes]:
+    return [f"{index:032x}".encode() for index in range(count)]
+
+
+async def test_tokens_kept_in_the_hash_by_an_earlier_release_still_dedupe(
+    deployment: Factory,
+) -> None:
+    # A release before the token ring kept every token in the hash's 't', newest first
+    # (the i-th made the stored version minus i), and had no ring key.
+    manager: RedisSessionManager = await deployment()
+    session = await manager.create("old")
+    for index in range(40):
+        session.add_event("user", index)
+        await manager.save(session)
+    assert session.version == 41
+    keys = manager.keys.session("old")
+    client = manager.client
+    old = _old_tokens(32)  # old[i] made version 41 - i
+    await client.hset(keys.hash, "t", b"".join(old))
+    await client.delete(keys.tokens)
+    lineage = (await client.hget(keys.hash, "l")).rpartition(b":")[0]
+
+    async def retry(i: int) -> int:
+        """Resend the save that made version 41 - i; nothing may be written."""
+        version = 41 - i
+        args = [1, version - 1, old[i], version - 1, "{}", version, 1, "", "", lineage, "{}"]
+        return int(await manager._link.save(keys.every, args))
+
+    assert await retry(0) == 1 and await retry(31) == 1  # read from 't'
+    session.add_event("user", "after the upgrade")
+    await manager.save(session)  # version 42: the old tokens move into the ring
+    assert len(await client.hget(keys.hash, "t")) == 32
+    assert await client.strlen(keys.tokens) == 32 * TOKENS_KEPT
+    # The window is exact: the latest TOKENS_KEPT writes (versions 11-42) are kept.
+    assert await retry(0) == 1 and await retry(30) == 1
+    assert await retry(31) == -1
+    session.add_event("user", "one more")
+    await manager.save(session)  # version 43: version 11's token leaves the window
+    assert await retry(29) == 1 and await retry(30) == -1
+    loaded = await manager.get("old")
+    assert loaded is not None and loaded.version == 43
+    assert [event.content for event in loaded.events] == [
+        *range(40),
+        "after the upgrade",
+        "one more",
+    ]
+
+
+async def test_a_save_that_landed_before_the_upgrade_is_retried_once(
+    deployment: Factory,
+) -> None:
+    manager: RedisSessionManager = await deployment()
+    session = await manager.create("upgraded")
+    session.add_event("user", "first")
+    await manager.save(session)
+    session.add_event("user", "second")
+    real = manager._save
+
+    async def lands_then_drops(request: SaveRequest, now: datetime) -> None:
+        manager._save = real  # type: ignore[method-assign]
+        await real(request, now)
+        raise BackendUnavailableError(manager.url, "connection dropped after the save")
+
+    manager._save = lands_then_drops  # type: ignore[method-assign]
+    with pytest.raises(BackendUnavailableError):
+        await manager.save(session)
+    # Rewrite what landed as a release before the token ring stored it: its token first
+    # in 't', then older ones, and no ring key.
+    keys = manager.keys.session("upgraded")
+    client = manager.client
+    landed = await client.hget(keys.hash, "t")
+    await client.hset(keys.hash, "t", landed + b"".join(_old_tokens(2)))
+    await client.delete(keys.tokens)
+    await manager.save(session)  # the core resends the same request: recognised
+    loaded = await manager.get("upgraded")
+    assert loaded is not None and loaded.version == 3
+    assert [event.content for event in loaded.events] == ["first", "second"]
+    assert await client.llen(keys.events) == 2
+
+
+@pytest.mark.parametrize(("others", "recognised"), [(TOKENS_KEPT - 1, True), (TOKENS_KEPT, False)])
+async def test_the_token_ring_keeps_exactly_the_latest_writes(
+    standalone: Factory, others: int, recognised: bool
+) -> None:
+    manager: RedisSessionManager = await standalone()
+    mine = await manager.create("ring")
+    mine.add_event("user", "mine")
+    real = manager._save
+
+    async def lands_then_drops(request: SaveRequest, now: datetime) -> None:
+        manager._save = real  # type: ignore[method-assign]
+        await real(request, now)
+        raise BackendUnavailableError(manager.url, "connection dropped after the save")
+
+    manager._save = lands_then_drops  # type: ignore[method-assign]
+    with pytest.raises(BackendUnavailableError):
+        await manager.save(mine)
+    other = await manager.get("ring")
+    assert other is not None
+    for index in range(others):
+        other.add_event("user", index)
+        await manager.save(other)
+    if recognised:
+        await manager.save(mine)  # the retry: its token is still in the ring
+    else:
+        with pytest.raises(SessionConflictError):
+            await manager.save(mine)  # pushed out of the ring: a stale copy now
+    loaded = await manager.get("ring")
+    assert loaded is not None
+    assert [event.content for event in loaded.events] == ["mine", *range(others)]
 
 
 async def test_large_append_is_pushed_in_slices(standalone: Factory) -> None:
@@ -529,12 +643,12 @@ async def test_the_archive_expires_with_the_session(deployment: Factory) -> None
     await manager.compact(session, session.events[2].id, [], archive=True)
     keys = manager.keys.session("archived")
     client = manager.client
-    times = [int(await client.pexpiretime(key)) for key in (keys.hash, keys.events, keys.archive)]
+    times = [int(await client.pexpiretime(key)) for key in keys.every]
     assert times[0] > 0 and len(set(times)) == 1, "the archive must expire with the session"
     await asyncio.sleep(0.01)
     session.add_event("user", "later")
     await manager.save(session)
-    later = [int(await client.pexpiretime(key)) for key in (keys.hash, keys.events, keys.archive)]
+    later = [int(await client.pexpiretime(key)) for key in keys.every]
     assert later[0] > times[0] and len(set(later)) == 1, "a save must refresh the archive too"
     assert [event.content for event in await manager.archived_events("archived")] == [0, 1, 2]
 

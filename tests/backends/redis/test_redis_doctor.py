@@ -208,3 +208,17 @@ async def test_the_suites_own_redis_is_judged_by_its_real_settings(redis_url: st
     found = by_check(await diagnose(redis_url))["redis.persistence"]
     keeps_nothing = config["appendonly"] == "no" and not config["save"].strip()
     assert (found.severity == "error") == keeps_nothing, (config, found)
+
+
+async def test_encryption_at_rest_is_the_clients_to_give(durable: ManagedServer) -> None:
+    # Redis cannot encrypt its own files: off, the finding says so and names the
+    # disk; the client's encryption, on, makes it ok.
+    url = durable.url
+    found = by_check(await diagnose(url))["redis.encryption_at_rest"]
+    assert found.severity == "info"
+    assert found.found.startswith("Redis does not encrypt its RDB snapshots")
+    assert "encrypt the disk" in found.fix and "Keyring" in found.fix
+    keyring = pytest.importorskip("agentsessions.encryption").Keyring({"k1": bytes(range(32))})
+    found = by_check(await diagnose(url, encryption=keyring))["redis.encryption_at_rest"]
+    assert found.severity == "ok"
+    assert found.found.startswith("client-side encryption is on")

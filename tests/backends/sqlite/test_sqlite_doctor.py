@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from agentsessions import Diagnosis, Finding, connect
 from agentsessions_sqlite._diagnosis import (
     disk_space,
@@ -95,3 +96,17 @@ def test_recorded_pragmas_and_disk_space() -> None:
     assert disk_space(gib // 2, 100 * gib, "/d").severity == "warning"
     assert disk_space(3 * gib, 100 * gib, "/d").severity == "warning"  # under 5 %
     assert disk_space(30 * gib, 100 * gib, "/d").severity == "ok"
+
+
+async def test_encryption_at_rest_is_the_clients_to_give(tmp_path: Path) -> None:
+    # SQLite cannot encrypt its own files: off, the finding says so and names the
+    # disk; the client's encryption, on, makes it ok.
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    found = by_check(await diagnose(url))["sqlite.encryption_at_rest"]
+    assert found.severity == "info"
+    assert found.found.startswith("SQLite does not encrypt the database file")
+    assert "encrypt the disk" in found.fix and "Keyring" in found.fix
+    keyring = pytest.importorskip("agentsessions.encryption").Keyring({"k1": bytes(range(32))})
+    found = by_check(await diagnose(url, encryption=keyring))["sqlite.encryption_at_rest"]
+    assert found.severity == "ok"
+    assert found.found.startswith("client-side encryption is on")

@@ -1,7 +1,7 @@
 """The inspector over branching (issue 33): its fork and rewind are the manager's, a fork
 shows its origin and a session its branches, paged; a backend without branching refuses
-to fork and rewinds by a save. Through Starlette's TestClient on memory, SQLite and
-PostgreSQL (MySQL and a memory store with the capability off for the refusal)."""
+to fork and rewinds by a save. Through Starlette's TestClient on memory, SQLite,
+PostgreSQL and MySQL (a memory store with the capability off for the refusal)."""
 
 from __future__ import annotations
 
@@ -75,6 +75,7 @@ def _open(connect_to: Callable[[], SessionManager]) -> Iterator[_Writer]:
         pytest.param("memory", id="memory"),
         pytest.param("sqlite", id="sqlite"),
         pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
+        pytest.param("mysql", id="mysql", marks=pytest.mark.mysql),
     ]
 )
 def writer(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[_Writer]:
@@ -246,19 +247,10 @@ class _NoBranching(MemorySessionManager):
     capabilities = Capabilities(persistent=False, shared=True, compaction=True)
 
 
-@pytest.fixture(
-    params=[
-        pytest.param("memory-off", id="memory-without-branching"),
-        pytest.param("mysql", id="mysql", marks=pytest.mark.mysql),
-    ]
-)
-def plain(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[_Writer]:
-    if request.param == "memory-off":
-        url = f"memory://inspect_{uuid.uuid4().hex[:12]}"
-        yield from _open(lambda: _NoBranching(url))
-        return
-    url = _store_url(request.param, request, tmp_path)
-    yield from _open(lambda: connect(url))
+@pytest.fixture
+def plain() -> Iterator[_Writer]:
+    url = f"memory://inspect_{uuid.uuid4().hex[:12]}"
+    yield from _open(lambda: _NoBranching(url))
 
 
 def test_without_branching_fork_is_refused_and_rewind_saves(plain: _Writer) -> None:

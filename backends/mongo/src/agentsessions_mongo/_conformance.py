@@ -22,22 +22,22 @@ hookimpl = pluggy.HookimplMarker("agentsessions_conformance")
 
 
 async def mongo_inventory(manager: SessionManager, session_id: str) -> Inventory:
-    """Every document of the session: its session document, events and archive."""
+    """Every document of the session: its session document (and tail), buckets and archive."""
     from agentsessions_conformance import Inventory
 
+    from ._buckets import stored_positions
     from ._manager import MongoSessionManager
 
     assert isinstance(manager, MongoSessionManager)
     await manager.open()
     sessions, events, archive = manager._sessions, manager._events, manager._archive
     records = await sessions.count_documents({"_id": session_id})
-    doc = await sessions.find_one({"_id": session_id}, {"first": 1})
-    # Relative to the first position a compaction moved (0 for an erased id).
-    base = doc.get("first", 0) if doc else 0
-    cursor = events.find({"session": session_id}, {"pos": 1})
-    positions = [item["pos"] - base async for item in cursor]
+    doc = await sessions.find_one({"_id": session_id}, {"first": 1, "tail": 1, "tail_start": 1})
+    docs = await events.find({"session": session_id}, {"pos": 1, "data": 1}).to_list(None)
     archived = await archive.count_documents({"session": session_id})
-    return Inventory(records=records, events=positions, archived=archived)
+    # Every event of every bucket and of the tail, relative to the first position a
+    # compaction moved (0 for an erased id).
+    return Inventory(records=records, events=stored_positions(doc, docs), archived=archived)
 
 
 @hookimpl

@@ -6,17 +6,22 @@ Two collections per namespace:
 
     {_id: session_id, user_id, state: "<JSON text>", version, created_at: <int us>,
      updated_at: <int us>, expires_at: <date> | null | {pending: true}, event_count, lineage,
-     incarnation: <ObjectId>, segments: [[start_position, <gen ObjectId>], ...],
-     first: <position of the first event, absent = 0>, archives: [<writer>, ...]}
+     incarnation: <ObjectId>, segments: [[start_position, <gen ObjectId>, span], ...],
+     first: <position of the first event, absent = 0>, archives: [<writer>, ...],
+     tail: ["<JSON text>", ...], tail_start: <position of tail[0]>, tail_bytes}
 
-``events`` -- one document per event (so a long conversation never nears MongoDB's
-16 MB document limit)::
+``tail`` holds the newest events (at most `BUCKET_EVENTS`, about `TAIL_BYTES`), so an
+append is a ``$push`` in the update that publishes it; ``events`` holds the rest in
+bucket documents (see `_buckets`), so a long conversation never nears MongoDB's
+16 MB document limit::
 
-    {session, incarnation, gen, pos, base, writer, data: "<JSON text>"}
+    {session, incarnation, gen, pos: <first position>, base, writer, data: ["<JSON text>", ...]}
 
-with a unique index on (session, gen, pos). Positions are stored from ``first``, which
-only a compaction moves: it replaces the head of the history by deleting those documents
-and writing its new events just before the cut, never renumbering the events it keeps.
+with a unique index on (session, gen, pos). A store written before buckets has one
+document per event (``data`` a string, no ``tail_start``): it is read as it is, and its
+next buckets go to a fresh generation. Positions are stored from ``first``, which only a
+compaction moves: it replaces the head of the history by deleting those documents and
+writing its new events just before the cut, never renumbering the events it keeps.
 
 ``archive`` -- what compactions asked to keep, one document per replaced event::
 
@@ -34,7 +39,7 @@ BSON dates hold milliseconds and the contract keeps microseconds; ``expires_at``
 BSON date anyway, since MongoDB's TTL index needs one (rounded *up* to the next
 millisecond, so a session never expires before its time to live).
 
-Why ``gen``: see `segment_ranges` and the manager's ``_save``. A *generation* is a
+Why ``gen``: see `_buckets.segment_ranges` and the manager's ``_save``. A *generation* is a
 fresh ObjectId under which one save (or a run of appends) writes events; the session
 document lists which generation owns which range of positions (``segments``), and a
 reader takes position ``p`` only from the generation that owns it. Events of an
@@ -50,7 +55,6 @@ from typing import Any, NamedTuple
 
 from agentsessions import ForkOrigin
 from agentsessions.backend import (
-    EventRecord,
     SessionRecord,
     expiry_millis,
     fork_fields,
@@ -64,14 +68,14 @@ from bson import ObjectId
 from pymongo import ASCENDING, DESCENDING, AsyncMongoClient, IndexModel
 from pymongo.asynchronous.collection import AsyncCollection
 
+from ._buckets import BUCKET_EVENTS, Segment
+
 __all__ = [
     "Link",
     "archive_docs",
     "create_indexes",
     "list_filter",
-    "Segment",
     "SessionInfo",
-    "event_docs",
     "expiry_date",
     "info_of",
     "PENDING",
@@ -80,16 +84,9 @@ __all__ = [
     "is_expired",
     "lineage_of",
     "live_filter",
-    "new_event_pairs",
-    "range_filter",
     "record_of",
-    "segment_ranges",
     "session_doc",
-    "stale_events_filter",
 ]
-
-Segment = tuple[int, ObjectId]
-"""(first position, generation): the generation owns positions from here to the next start."""
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
@@ -209,25 +206,45 @@ class SessionInfo:
     event_count: int
     first: int = 0  # the stored position of the first event (moved by compactions)
     lineage: str = ""  # the stored SessionRecord.lineage at this version ("" unknown)
+    tail_start: int | None = None  # where the inline tail begins (None: it is empty)
+    tail_bytes: int = 0  # at least the UTF-8 size of the tail's texts
 
     @property
     def end(self) -> int:
         """The stored position just past the last event."""
         return self.first + self.event_count
 
+    @property
+    def start_of_tail(self) -> int:
+        """The stored position of the tail's first event (== `end` when it is empty):
+        buckets hold the positions before it."""
+        return self.end if self.tail_start is None else self.tail_start
+
+    @property
+    def tail_count(self) -> int:
+        return self.end - self.start_of_tail
+
 
 def info_of(doc: dict[str, Any]) -> SessionInfo:
     return SessionInfo(
         version=doc["version"],
         incarnation=doc["incarnation"],
-        segments=tuple((int(start), gen) for start, gen in doc["segments"]),
+        segments=tuple(_segment(item) for item in doc["segments"]),
         event_count=doc["event_count"],
         first=int(doc.get("first", 0)),
         lineage=lineage_of(doc),
+        tail_start=doc.get("tail_start"),
+        tail_bytes=int(doc.get("tail_bytes", 0)),
     )
 
 
+def _segment(item: Sequence[Any]) -> Segment:
+    """A stored ``[start, gen, span]``; the per-event layout's ``[start, gen]`` has span 1."""
+    return (int(item[0]), item[1], int(item[2]) if len(item) > 2 else 1)
+
+
 def session_doc(record: SessionRecord, incarnation: ObjectId, gen: ObjectId) -> dict[str, Any]:
+    """A new session document; its events (if any) go to buckets of *gen*, its tail is empty."""
     return {
         "_id": record.session_id,
         "user_id": record.user_id,
@@ -239,7 +256,8 @@ def session_doc(record: SessionRecord, incarnation: ObjectId, gen: ObjectId) -> 
         "event_count": record.event_count,
         "lineage": stamp_lineage(record.lineage, record.version),
         "incarnation": incarnation,
-        "segments": [[0, gen]],
+        "segments": [[0, gen, BUCKET_EVENTS]],
+        "tail_start": record.event_count,
         **_origin_doc(record),
     }
 
@@ -283,94 +301,3 @@ def _origin_of(origin: dict[str, Any] | None) -> ForkOrigin | None:
 def lineage_of(doc: dict[str, Any]) -> str:
     """The session's lineage (`stamp_lineage`'d), or "" (unknown: a retry reads it whole)."""
     return unstamp_lineage(doc.get("lineage"), doc["version"])
-
-
-def event_docs(
-    session_id: str,
-    info: SessionInfo,
-    gen: ObjectId,
-    writer: ObjectId,
-    records: Sequence[tuple[int, str]],
-) -> list[dict[str, Any]]:
-    """Documents for (position, JSON text) pairs written by one save attempt.
-
-    ``base`` (the version the writer expects) and ``writer`` (its attempt id) are what
-    make cleanup safe: a writer expecting version ``b`` can never publish once the
-    session is past ``b``, and a writer that lost deletes exactly its own documents.
-    """
-    return [
-        {
-            "session": session_id,
-            "incarnation": info.incarnation,
-            "gen": gen,
-            "pos": position,
-            "base": info.version,
-            "writer": writer,
-            "data": data,
-        }
-        for position, data in records
-    ]
-
-
-def new_event_pairs(events: Sequence[EventRecord], first: int = 0) -> list[tuple[int, str]]:
-    """(stored position, JSON text) of *events*, whose positions count from *first*."""
-    return [(first + event.position, event.data) for event in events]
-
-
-def segment_ranges(segments: Sequence[Segment], stop: int) -> list[tuple[ObjectId, int, int]]:
-    """(gen, start, end) for each segment; the last one ends at stored position *stop*."""
-    ranges = []
-    for index, (start, gen) in enumerate(segments):
-        end = segments[index + 1][0] if index + 1 < len(segments) else stop
-        ranges.append((gen, start, end))
-    return ranges
-
-
-def range_filter(session_id: str, info: SessionInfo, low: int, high: int) -> dict[str, Any] | None:
-    """The events [low, high) (0 is the first event) as *info* publishes them; None if
-    the range is empty.
-
-    One clause per segment, each an equality on (session, gen) and a range on pos, so
-    every clause is a bounded scan of the unique index; superseded and unpublished
-    documents at the same positions carry other generations and are never matched.
-    """
-    low, high = low + info.first, high + info.first
-    clauses: list[dict[str, Any]] = []
-    for gen, start, end in segment_ranges(info.segments, info.end):
-        first, stop = max(start, low), min(end, high)
-        if first < stop:
-            clauses.append({"gen": gen, "pos": {"$gte": first, "$lt": stop}})
-    if not clauses:
-        return None
-    if len(clauses) == 1:
-        return {"session": session_id, **clauses[0]}
-    return {"session": session_id, "$or": clauses}
-
-
-def stale_events_filter(
-    session_id: str,
-    incarnation: ObjectId,
-    segments: Sequence[Segment],
-    stop: int,
-    version: int,
-) -> dict[str, Any]:
-    """Event documents of this incarnation that no reader can ever need again.
-
-    Called right after publishing *version*, whose events end at stored position
-    *stop*. A document is dead when it is not published by *version* (its generation
-    owns no segment, or it lies outside its generation's segment: past it, or before it
-    once a compaction cut it) AND its writer expected a version below *version*, so that
-    writer can never publish it. Writers that loaded *version* itself may be writing
-    right now: their ``base`` is *version*, so they are left alone. Both facts only ever
-    stay true, which makes this delete safe however late it reaches the server.
-    """
-    ranges = segment_ranges(segments, stop)
-    unpublished: list[dict[str, Any]] = [{"gen": {"$nin": [gen for gen, _, _ in ranges]}}]
-    unpublished.extend({"gen": gen, "pos": {"$gte": end}} for gen, _, end in ranges)
-    unpublished.extend({"gen": gen, "pos": {"$lt": start}} for gen, start, _ in ranges)
-    return {
-        "session": session_id,
-        "incarnation": incarnation,
-        "base": {"$lt": version},
-        "$or": unpublished,
-    }

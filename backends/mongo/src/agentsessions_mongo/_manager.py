@@ -2,34 +2,37 @@
 
 How a save stays atomic without a transaction
 ---------------------------------------------
-A save may write thousands of event documents but must land whole or not at all, on a
+A save may write thousands of events but must land whole or not at all, on a
 standalone server (no transactions there) as well as on a replica set. So there is ONE
-code path, correct on both, and it needs no transaction:
+code path, correct on both, and it needs no transaction. The newest events live in the
+session document itself (its *tail*); older ones in bucket documents (see `_buckets`):
 
-1. write the new events first, as documents no reader will take: they carry a
-   *generation* that does not own their positions yet (appends use the session's
-   current generation at positions >= event_count, which readers never read; a save
-   that rewrites history uses a fresh generation);
+1. write the new buckets first, as documents no reader will take: they carry a
+   *generation* that does not own their positions yet (a seal of the tail uses the
+   session's current generation at positions >= tail_start, which readers never take
+   from buckets; a save that rewrites history uses a fresh generation). An append that
+   fits the tail writes nothing here;
 2. publish with one conditional update of the session document, matched on
-   ``{_id, version: expected, incarnation}``: it raises the version, sets the event
+   ``{_id, version: expected, incarnation}``: it raises the version, pushes the
+   appended events onto the tail (or replaces the tail after a seal), sets the event
    count and, for a rewrite, records which generation owns which range of positions
    (``segments``). This single-document write is atomic on every deployment, and it
    is the only moment anything becomes visible;
 3. if the update matched nothing, another save won (or the session is gone): delete
-   this attempt's own documents (by its ``writer`` id) and raise.
+   this attempt's own buckets (by its ``writer`` id) and raise.
 
-Readers read the session document, then only the (generation, position range) pairs
-it publishes, so the events of a loser, of a save killed between steps 1 and 2, or of
-history a rewrite replaced, are never seen even before they are cleaned up. Two saves
-racing at one version both write, one wins step 2; the loser's documents carry another
-generation, or (two appends) collide with the winner's on the unique (session, gen, pos)
-index, in which case the second writer moves its events to a fresh generation. A
-transaction where one exists would cost a round trip more on every save (commit) and a
-second code path to test, for no gain in safety.
+Readers read the session document (with its tail), then only the (generation, position
+range) pairs it publishes, so the buckets of a loser, of a save killed between steps 1
+and 2, or of history a rewrite replaced, are never seen even before they are cleaned
+up. Two saves racing at one version both write, one wins step 2; the loser's buckets
+carry another generation, or (two seals) collide with the winner's on the unique
+(session, gen, pos) index, in which case the second writer moves its buckets to a fresh
+generation. A transaction where one exists would cost a round trip more on every save
+(commit) and a second code path to test, for no gain in safety.
 
-Readers are not isolated from *cleanup*: superseded documents are deleted once a later
+Readers are not isolated from *cleanup*: superseded buckets are deleted once a later
 version is published, so a reader that read the previous session document can find
-fewer events than it expects. It then reads again (documents of a published range are
+fewer events than it expects. It then reads again (buckets of a published range are
 never rewritten in place, only deleted, so a complete read is a consistent one).
 """
 
@@ -39,7 +42,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timezone
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, NamedTuple, NoReturn, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 from agentsessions import (
@@ -95,26 +98,33 @@ from pymongo.results import UpdateResult
 
 from . import _diagnosis
 from . import _erasure as erasure
+from ._buckets import (
+    BUCKET_EVENTS,
+    TAIL_BYTES,
+    Segment,
+    assemble,
+    bucket_docs,
+    doc_texts,
+    read_filter,
+    read_plan,
+    segment_ranges,
+    stale_events_filter,
+    text_bytes,
+)
 from ._layout import (
     PENDING,
     Link,
-    Segment,
     SessionInfo,
     archive_docs,
     create_indexes,
-    event_docs,
     expiry_date,
     forks_filter,
     info_of,
     is_expired,
     list_filter,
     live_filter,
-    new_event_pairs,
-    range_filter,
     record_of,
-    segment_ranges,
     session_doc,
-    stale_events_filter,
 )
 from ._options import DEFAULT_DATABASE, MongoOptions, database_name
 
@@ -175,6 +185,15 @@ _DRIVER_ERRORS = (
         (OperationFailure,), BackendAuthenticationError, when=lambda exc: exc.code in _AUTH_CODES
     ),
 )
+
+
+class _TailCut(NamedTuple):
+    """What a compaction or rewind leaves of the tail: where it starts, a bound on its
+    bytes, and the ``$slice`` that cuts it in place (0: emptied; None: unchanged)."""
+
+    start: int
+    size: int
+    keep: int | None
 
 
 class _Landed(Exception):
@@ -291,7 +310,9 @@ class MongoSessionManager(SessionManager):
             validate_id(record.user_id, "user_id")
         incarnation, gen = ObjectId(), ObjectId()
         await self._insert_session(session_doc(record, incarnation, gen), now)
-        info = SessionInfo(1, incarnation, ((0, gen),), 0, lineage=record.lineage)
+        info = SessionInfo(
+            1, incarnation, ((0, gen, BUCKET_EVENTS),), 0, lineage=record.lineage, tail_start=0
+        )
         self._remember(session_id, info)
 
     async def _insert_session(self, doc: Doc, now: datetime) -> None:
@@ -349,7 +370,12 @@ class MongoSessionManager(SessionManager):
             incarnation, gen = ObjectId(), ObjectId()
             doc = session_doc(record, incarnation, gen)
             info = SessionInfo(
-                record.version, incarnation, ((0, gen),), record.event_count, lineage=record.lineage
+                record.version,
+                incarnation,
+                ((0, gen, BUCKET_EVENTS),),
+                record.event_count,
+                lineage=record.lineage,
+                tail_start=record.event_count,
             )
             if not events:  # nothing to write before the publish: it is the insert
                 await self._insert_session(doc, now)
@@ -359,9 +385,11 @@ class MongoSessionManager(SessionManager):
             await self._insert_session(doc, now)
             mine = {"session": session_id, "incarnation": incarnation}
             try:
-                if not await self._insert(
-                    event_docs(session_id, info, gen, ObjectId(), new_event_pairs(events))
-                ):
+                texts = [event.data for event in events]
+                docs = bucket_docs(
+                    session_id, incarnation, record.version, gen, ObjectId(), 0, texts
+                )
+                if not await self._insert(docs):
                     raise AssertionError(f"generation {gen} of {session_id!r} had events")
                 published = await self._sessions.update_one(
                     {"_id": session_id, "incarnation": incarnation},
@@ -424,7 +452,7 @@ class MongoSessionManager(SessionManager):
                 low = record.since_position(*since)
             else:
                 low = 0 if last_events is None else max(0, count - last_events)
-            texts = await self._read_texts(session_id, info, low, count)
+            texts = await self._read_texts(session_id, info, low, count, doc.get("tail", ()))
             if texts is not None:
                 return LoadedSession(record, decode_events(texts))
             # A save published since we read the session document and its cleanup
@@ -437,22 +465,82 @@ class MongoSessionManager(SessionManager):
         )
 
     async def _read_texts(
-        self, session_id: str, info: SessionInfo, low: int, high: int
+        self,
+        session_id: str,
+        info: SessionInfo,
+        low: int,
+        high: int,
+        tail: Sequence[str] | None = None,
     ) -> list[str] | None:
-        """The event texts of positions [low, high) as *info* publishes them.
+        """The event texts of positions [low, high) as *info* publishes them: from the
+        buckets before the tail, then from *tail* (the session document's, read again
+        at *info*'s version when not given).
 
-        None when some are missing: a later save's cleanup got to them first.
+        None when some are missing: a later save's cleanup (or publish) got there first.
         """
-        query = range_filter(session_id, info, low, high)
-        if query is None:
-            return []
-        # The range is known exactly, so this is a bounded index scan of just the
-        # wanted tail (no "sort desc, limit n" needed to find it).
-        cursor = self._events.find(query, {"_id": 0, "data": 1}).sort("pos", ASCENDING)
-        docs = await cursor.to_list(None)
-        if len(docs) != high - low:
+        ts = info.start_of_tail
+        low, high = info.first + low, info.first + high
+        texts: list[str] = []
+        stop = min(high, ts)
+        if low < stop:
+            # The range is known exactly, so this is a bounded index scan of just the
+            # buckets wanted (no "sort desc, limit n" needed to find the newest).
+            plan = read_plan(info.segments, ts, low, stop)
+            cursor = self._events.find(
+                read_filter(session_id, plan), {"_id": 0, "gen": 1, "pos": 1, "data": 1}
+            ).sort("pos", ASCENDING)
+            found = assemble(plan, await cursor.to_list(None))
+            if found is None or len(found) != stop - low:
+                return None
+            texts = found
+        if high > ts:
+            if tail is None:
+                tail = await self._tail_texts(session_id, info)
+            if tail is None or len(tail) != info.tail_count:
+                return None
+            texts.extend(tail[max(low, ts) - ts : high - ts])
+        return texts
+
+    async def _tail_texts(self, session_id: str, info: SessionInfo) -> list[str] | None:
+        """The tail stored at *info*'s version; None once the session has moved on."""
+        doc = await self._sessions.find_one(
+            {"_id": session_id, "incarnation": info.incarnation, "version": info.version},
+            {"_id": 0, "tail": 1},
+        )
+        return None if doc is None else list(doc.get("tail", ()))
+
+    async def _covering(
+        self, session_id: str, info: SessionInfo, at: int
+    ) -> tuple[int, list[str]] | None:
+        """Where the bucket holding stored position *at* begins, and its texts from there.
+
+        ``(at, [])`` when *at* begins a bucket, or lies in the tail. A history cut at *at*
+        (a rewrite, a rewind, a compaction) rewrites the rest of that bucket, so that no
+        document ever straddles the start of a segment. None when the bucket is gone: a
+        later publish's cleanup took it.
+        """
+        ts = info.start_of_tail
+        if at >= ts:
+            return at, []
+        owner = [item for item in segment_ranges(info.segments, ts) if item[1] <= at < item[2]]
+        if not owner:
+            return at, []
+        gen, start, _, span = owner[0]
+        if at == start or span == 1:
+            return at, []
+        doc = await self._events.find_one(
+            {"session": session_id, "gen": gen, "pos": {"$gt": at - span, "$lte": at}},
+            {"_id": 0, "pos": 1, "data": 1},
+            sort=[("pos", DESCENDING)],
+        )
+        if doc is None:
             return None
-        return [doc["data"] for doc in docs]
+        first, texts = doc["pos"], doc_texts(doc)
+        if first + len(texts) <= at:
+            return None
+        if first < start:  # a leftover of an earlier cut that cleanup has not reached
+            texts, first = texts[start - first :], start
+        return first, texts
 
     # -- save -----------------------------------------------------------------------------
 
@@ -485,7 +573,7 @@ class MongoSessionManager(SessionManager):
     ) -> SessionInfo:
         """The stored session as *request* expects it; `_Landed` if its token is stored,
         else the contract error of a session gone or at another version."""
-        doc = await self._sessions.find_one({"_id": request.session_id}, {"state": 0})
+        doc = await self._sessions.find_one({"_id": request.session_id}, {"state": 0, "tail": 0})
         if doc is not None and request.token in doc.get("tokens", ()):
             raise _Landed
         if doc is None or is_expired(doc, now):
@@ -498,31 +586,23 @@ class MongoSessionManager(SessionManager):
         return info
 
     async def _try_save(self, request: SaveRequest, info: SessionInfo, now: datetime) -> bool:
-        """One attempt; False when the session was re-created meanwhile (try again)."""
+        """One attempt; False when the session was re-created meanwhile (try again).
+
+        An append that fits in the tail writes nothing before its publish: its events
+        are ``$push``ed by the very update that checks the version. One that does not
+        fit *seals* the tail: the tail and the new events go to full buckets first, and
+        the publish replaces the tail with what is left over. A cut inside the tail
+        rewrites the tail in the publish; a rewrite reaching before the tail writes a
+        fresh generation (see `_write_generation`) and empties the tail.
+        """
         record = request.record
         session_id = record.session_id
         writer = ObjectId()
-        keep = request.keep
+        keep = info.first + request.keep  # the stored position of the first new event
+        ts = info.start_of_tail
+        new_texts = [event.data for event in request.new_events]
         segments = info.segments
         written: tuple[ObjectId, int] | None = None  # (gen, first position) we wrote
-
-        appending = keep == info.event_count
-        if appending and request.new_events:
-            gen = segments[-1][1]
-            pairs = new_event_pairs(request.new_events, info.first)
-            docs = event_docs(session_id, info, gen, writer, pairs)
-            if await self._insert(docs):
-                written = (gen, info.first + keep)
-            else:
-                # The positions are taken in the current generation: by a save racing
-                # us at this version, or left by one that died before publishing. We
-                # cannot tell which, and must not delete the other writer's events, so
-                # ours move to a fresh generation; whichever save publishes decides.
-                await self._discard(session_id, gen, info.first + keep, writer)
-                appending = False
-        if not appending:
-            segments, written = await self._write_generation(request, info, writer, now)
-
         update: Doc = {
             "state": record.state,
             "version": record.version,
@@ -531,7 +611,49 @@ class MongoSessionManager(SessionManager):
             "event_count": record.event_count,
             "lineage": stamp_lineage(record.lineage, record.version),
         }
-        if segments != info.segments:
+        # The token lands with the version (see SaveRequest); the latest are kept.
+        push: Doc = {"tokens": {"$each": [request.token], "$slice": -TOKENS_KEPT}}
+        tail_start, tail_bytes = info.tail_start, info.tail_bytes
+        if keep < ts:
+            segments, written = await self._write_generation(
+                request, info, writer, keep, new_texts, now
+            )
+            update["tail"], tail_start, tail_bytes = [], keep + len(new_texts), 0
+        else:
+            new_bytes = sum(map(text_bytes, new_texts))
+            size = info.tail_bytes + new_bytes
+            if keep == info.end and _fits_tail(
+                info.tail_count + len(new_texts), size, record.state
+            ):
+                if new_texts:
+                    push["tail"] = {"$each": new_texts}
+                tail_start, tail_bytes = ts, size
+            else:
+                # Cut inside the tail, or the tail can no longer hold it (with this state).
+                stored_tail = await self._tail_texts(session_id, info)
+                if stored_tail is None:
+                    self._infos.pop(session_id, None)
+                    return await self._explain_failed_publish(request, now)
+                head = stored_tail[: keep - ts]
+                size = sum(map(text_bytes, head)) + new_bytes
+                if _fits_tail(len(head) + len(new_texts), size, record.state):
+                    update["tail"] = head + new_texts
+                    tail_start, tail_bytes = ts, size
+                else:
+                    # Whole buckets are sealed; what is left over starts the next tail.
+                    texts = head + new_texts
+                    cut = len(texts) - len(texts) % BUCKET_EVENTS
+                    rest = texts[cut:]
+                    size = sum(map(text_bytes, rest))
+                    if not cut or not _fits_tail(len(rest), size, record.state):
+                        cut, rest, size = len(texts), [], 0
+                    segments, written = await self._seal(request, info, writer, texts[:cut], now)
+                    update["tail"], tail_start, tail_bytes = rest, ts + cut, size
+        update["tail_start"] = info.start_of_tail if tail_start is None else tail_start
+        update["tail_bytes"] = tail_bytes
+        # A document from before buckets gets its segments in the new form too: a
+        # release from before buckets then fails on it, instead of missing the tail.
+        if segments != info.segments or info.tail_start is None:
             update["segments"] = [list(segment) for segment in segments]
         published = await self._sessions.update_one(
             {
@@ -541,79 +663,121 @@ class MongoSessionManager(SessionManager):
                 **_lineage_filter(request),
                 **live_filter(now),
             },
-            # The token lands with the version (see SaveRequest); the latest are kept.
-            {
-                "$set": update,
-                "$push": {"tokens": {"$each": [request.token], "$slice": -TOKENS_KEPT}},
-            },
+            {"$set": update, "$push": push},
         )
         if not published.matched_count:
             if written is not None:
                 await self._quietly(self._discard(session_id, written[0], written[1], writer))
             self._infos.pop(session_id, None)
             return await self._explain_failed_publish(request, now)
-        self._remember(
-            session_id,
-            SessionInfo(
-                record.version,
-                info.incarnation,
-                segments,
-                record.event_count,
-                info.first,
-                record.lineage,
-            ),
+        stored = SessionInfo(
+            record.version,
+            info.incarnation,
+            segments,
+            record.event_count,
+            info.first,
+            record.lineage,
+            update["tail_start"],
+            tail_bytes,
         )
+        self._remember(session_id, stored)
         if segments != info.segments:
             await self._quietly(
                 self._events.delete_many(
                     stale_events_filter(
-                        session_id,
-                        info.incarnation,
-                        segments,
-                        info.first + record.event_count,
-                        record.version,
+                        session_id, info.incarnation, segments, stored.start_of_tail, record.version
                     )
                 )
             )
         return True
 
-    async def _write_generation(
-        self, request: SaveRequest, info: SessionInfo, writer: ObjectId, now: datetime
+    async def _seal(
+        self,
+        request: SaveRequest,
+        info: SessionInfo,
+        writer: ObjectId,
+        texts: list[str],
+        now: datetime,
     ) -> tuple[tuple[Segment, ...], tuple[ObjectId, int] | None]:
-        """Write the new events under a fresh generation; the segments that publish them.
+        """Write *texts* (the tail's positions on) as buckets; the segments that publish them.
 
-        The fresh generation owns positions from ``keep`` on, so the events it replaces
+        They go to the current generation, where the tail starts, unless a bucket is
+        already there: one of a save racing us at this version, or left by one that died
+        before publishing. We cannot tell which, and must not delete the other writer's
+        buckets, so ours move to a fresh generation; whichever save publishes decides.
+        The per-event layout's generations (another span) get no buckets either.
+        """
+        ts = info.start_of_tail
+        if not texts:  # an empty tail that only a too large state pushed out
+            return info.segments, None
+        _, gen, span = info.segments[-1]
+        if span == BUCKET_EVENTS:
+            docs = bucket_docs(
+                request.session_id, info.incarnation, info.version, gen, writer, ts, texts
+            )
+            if await self._insert(docs):
+                return info.segments, (gen, ts)
+            await self._discard(request.session_id, gen, ts, writer)
+        return await self._write_generation(request, info, writer, ts, texts, now)
+
+    async def _write_generation(
+        self,
+        request: SaveRequest,
+        info: SessionInfo,
+        writer: ObjectId,
+        at: int,
+        texts: list[str],
+        now: datetime,
+    ) -> tuple[tuple[Segment, ...], tuple[ObjectId, int] | None]:
+        """Write *texts* from stored position *at* on under a fresh generation; the
+        segments that publish them.
+
+        The fresh generation owns positions from the start of the bucket holding *at*
+        on (it gets that bucket's events before *at* too), so the events it replaces
         stay readable under their own generation until the publish. When the segment
         list grows past `MAX_SEGMENTS`, the newer half of the kept events is copied
         into the fresh generation too.
         """
         session_id = request.record.session_id
-        first = info.first
-        keep = first + request.keep  # stored positions from here on
+        covering = await self._covering(session_id, info, at)
+        if covering is None:
+            await self._lost(request, now)
+        begin, head = covering[0], covering[1][: at - covering[0]]
         gen = ObjectId()
-        kept = [segment for segment in info.segments if segment[0] < keep]
-        start = keep
+        kept = [segment for segment in info.segments if segment[0] < begin]
+        start = begin
         if len(kept) >= MAX_SEGMENTS:
             half = MAX_SEGMENTS // 2
             start = kept[half][0]
             kept = kept[:half]
-        pairs: list[tuple[int, str]] = []
-        if start < keep:
-            copied = await self._read_texts(session_id, info, start - first, keep - first)
+        written: list[str] = []
+        if start < begin:
+            copied = await self._read_texts(
+                session_id, info, start - info.first, begin - info.first
+            )
             if copied is None:
-                # Only a publish after our version removes published events, so this
-                # save has lost: say so the usual way.
-                if await self._explain_failed_publish(request, now):
-                    raise _Landed
-                raise SessionConflictError(session_id, request.expected_version)
-            pairs.extend(zip(range(start, keep), copied, strict=True))
-        pairs.extend(new_event_pairs(request.new_events, first))
-        segments = (*kept, (start, gen))
-        if not pairs:
+                await self._lost(request, now)
+            written.extend(copied)
+        written.extend(head)
+        written.extend(texts)
+        segments = (*kept, (start, gen, BUCKET_EVENTS))
+        if not written:
             return segments, None  # a pure truncation: nothing to write
-        if not await self._insert(event_docs(session_id, info, gen, writer, pairs)):
+        docs = bucket_docs(session_id, info.incarnation, info.version, gen, writer, start, written)
+        if not await self._insert(docs):
             raise AssertionError(f"generation {gen} of session {session_id!r} already had events")
         return segments, (gen, start)
+
+    async def _lost(
+        self, request: SaveRequest | CompactRequest | RewindRequest, now: datetime
+    ) -> NoReturn:
+        """A read of events this request's version publishes came back short: only a
+        publish after that version removes them, so the request has lost. Say so the
+        usual way (`_Landed` if it is an earlier attempt of this very request)."""
+        self._infos.pop(request.session_id, None)
+        if await self._explain_failed_publish(request, now):
+            raise _Landed
+        raise SessionConflictError(request.session_id, request.expected_version)
 
     # -- compaction -------------------------------------------------------------------------
 
@@ -629,23 +793,32 @@ class MongoSessionManager(SessionManager):
         segments: Sequence[Segment],
         now: datetime,
         archive_writer: ObjectId | None,
+        tail: _TailCut,
         *,
         first: int | None = None,
     ) -> UpdateResult:
         """Publish a compaction's or rewind's new session document, only over the version,
         incarnation and lineage the request read: the new segments (and *first*, when the
-        head moved), the request's token, and the archive written by *archive_writer*."""
+        head moved), what is left of the tail, the request's token, and the archive
+        written by *archive_writer*."""
         update: Doc = {
             "version": request.version,
             "updated_at": to_micros(request.updated_at),
             "expires_at": expiry_date(request.expires_at),
             "event_count": request.event_count,
             "lineage": stamp_lineage(request.lineage, request.version),
+            "tail_start": tail.start,
+            "tail_bytes": tail.size,
         }
         if first is not None:
             update["first"] = first
         update["segments"] = [list(segment) for segment in segments]
         push: Doc = {"tokens": {"$each": [request.token], "$slice": -TOKENS_KEPT}}
+        if tail.keep == 0:
+            update["tail"] = []
+        elif tail.keep is not None:
+            # Cut in place: the texts need not travel (a negative count keeps the end).
+            push["tail"] = {"$each": [], "$slice": tail.keep}
         if archive_writer is not None:
             push["archives"] = archive_writer
         return await self._sessions.update_one(
@@ -664,37 +837,65 @@ class MongoSessionManager(SessionManager):
 
         The new events take the stored positions just before the cut under a fresh
         generation, the kept generations' segments start at the cut, and ``first``
-        moves to the first new event: only the head is written or deleted.
+        moves to the first new event: only the head is written or deleted. A cut inside
+        a bucket copies that bucket's kept events into the fresh generation too; a cut
+        inside the tail drops the tail's head in place.
         """
         session_id = request.session_id
         writer = ObjectId()
         cut = info.first + request.replaced
         new_first = cut - len(request.new_events)
+        ts = info.start_of_tail
         archived = False
         if request.archive:
             texts = await self._read_texts(session_id, info, 0, request.replaced)
             if texts is None:  # a later publish's cleanup: this compaction has lost
-                if await self._explain_failed_publish(request, now):
-                    return True
-                raise SessionConflictError(session_id, request.expected_version)
+                await self._lost(request, now)
             docs = archive_docs(session_id, info.incarnation, writer, request.version, texts)
             await self._archive.insert_many(docs, ordered=True)
             archived = True
+        written = [event.data for event in request.new_events]
+        kept: list[Segment] = []
+        if cut >= ts:
+            left = info.end - cut
+            tail = _TailCut(cut, info.tail_bytes if left else 0, None)
+            if left < info.tail_count:
+                tail = _TailCut(cut, tail.size, -left if left else 0)
+        else:
+            covering = await self._covering(session_id, info, cut)
+            if covering is None:
+                if archived:
+                    await self._quietly(self._archive.delete_many({"writer": writer}))
+                await self._lost(request, now)
+            begin, bucket = covering
+            written.extend(bucket[cut - begin :])
+            resume = begin + len(bucket) if bucket else cut
+            for kept_gen, start, end, span in segment_ranges(info.segments, ts):
+                if end > resume:
+                    kept.append((max(start, resume), kept_gen, span))
+            tail = _TailCut(ts, info.tail_bytes, None)
         segments: list[Segment] = []
         gen: ObjectId | None = None
-        if request.new_events:
+        if written:
             gen = ObjectId()
-            pairs = new_event_pairs(request.new_events, new_first)
-            if not await self._insert(event_docs(session_id, info, gen, writer, pairs)):
+            docs = bucket_docs(
+                session_id, info.incarnation, info.version, gen, writer, new_first, written
+            )
+            if not await self._insert(docs):
                 raise AssertionError(f"generation {gen} of session {session_id!r} had events")
-            segments.append((new_first, gen))
-        for kept_gen, start, end in segment_ranges(info.segments, info.end):
-            if end > cut:
-                segments.append((max(start, cut), kept_gen))
-        if not segments:  # nothing left at all: appends need a generation to write in
-            segments.append((new_first, ObjectId()))
+            segments.append((new_first, gen, BUCKET_EVENTS))
+        segments.extend(kept)
+        if not segments:  # no buckets left at all: seals need a generation to write in
+            segments.append((new_first, ObjectId(), BUCKET_EVENTS))
         published = await self._publish_rewrite(
-            session_id, request, info, segments, now, writer if archived else None, first=new_first
+            session_id,
+            request,
+            info,
+            segments,
+            now,
+            writer if archived else None,
+            tail,
+            first=new_first,
         )
         if not published.matched_count:
             if gen is not None:
@@ -710,12 +911,14 @@ class MongoSessionManager(SessionManager):
             request.event_count,
             new_first,
             request.lineage,
+            tail.start,
+            tail.size,
         )
         self._remember(session_id, stored)
         await self._quietly(
             self._events.delete_many(
                 stale_events_filter(
-                    session_id, info.incarnation, segments, stored.end, request.version
+                    session_id, info.incarnation, segments, tail.start, request.version
                 )
             )
         )
@@ -737,30 +940,61 @@ class MongoSessionManager(SessionManager):
     async def _try_rewind(self, request: RewindRequest, info: SessionInfo, now: datetime) -> bool:
         """One attempt, published like a save's; False when the session was re-created.
 
-        A pure truncation: the segments that own positions before the cut stay, the
-        tail's event documents become unpublished (deleted after the publish), and the
-        archive, when asked, gets them first, tagged like a compaction's.
+        A pure truncation, and the archive, when asked, gets the dropped events first,
+        tagged like a compaction's. A cut inside the tail drops its end in place; a cut
+        before it gives the positions from the cut's bucket on to a fresh generation
+        (holding that bucket's kept events), so that a seal after the rewind never meets
+        a dropped bucket not yet cleaned up, and the tail is emptied.
         """
         session_id = request.session_id
         writer = ObjectId()
         cut = info.first + request.keep
+        ts = info.start_of_tail
         archived = False
         if request.archive and request.keep < info.event_count:
             texts = await self._read_texts(session_id, info, request.keep, info.event_count)
             if texts is None:  # a later publish's cleanup: this rewind has lost
-                if await self._explain_failed_publish(request, now):
-                    return True
-                raise SessionConflictError(session_id, request.expected_version)
+                await self._lost(request, now)
             docs = archive_docs(session_id, info.incarnation, writer, request.version, texts)
             await self._archive.insert_many(docs, ordered=True)
             archived = True
-        # A fresh generation for the positions from the cut on, so that an append after
-        # the rewind never meets a dropped event not yet cleaned up.
-        segments = (*(segment for segment in info.segments if segment[0] < cut), (cut, ObjectId()))
+        segments = info.segments
+        written: tuple[ObjectId, int] | None = None
+        if cut >= ts:
+            left = cut - ts
+            tail = _TailCut(ts, info.tail_bytes if left else 0, left)
+        else:
+            covering = await self._covering(session_id, info, cut)
+            if covering is None:
+                if archived:
+                    await self._quietly(self._archive.delete_many({"writer": writer}))
+                await self._lost(request, now)
+            begin, bucket = covering
+            gen = ObjectId()
+            segments = (
+                *(segment for segment in segments if segment[0] < begin),
+                (begin, gen, BUCKET_EVENTS),
+            )
+            if begin < cut:
+                docs = bucket_docs(
+                    session_id,
+                    info.incarnation,
+                    info.version,
+                    gen,
+                    writer,
+                    begin,
+                    bucket[: cut - begin],
+                )
+                if not await self._insert(docs):
+                    raise AssertionError(f"generation {gen} of session {session_id!r} had events")
+                written = (gen, begin)
+            tail = _TailCut(cut, 0, 0)
         published = await self._publish_rewrite(
-            session_id, request, info, segments, now, writer if archived else None
+            session_id, request, info, segments, now, writer if archived else None, tail
         )
         if not published.matched_count:
+            if written is not None:
+                await self._quietly(self._discard(session_id, written[0], written[1], writer))
             if archived:
                 await self._quietly(self._archive.delete_many({"writer": writer}))
             self._infos.pop(session_id, None)
@@ -772,15 +1006,18 @@ class MongoSessionManager(SessionManager):
             request.event_count,
             info.first,
             request.lineage,
+            tail.start,
+            tail.size,
         )
         self._remember(session_id, stored)
-        await self._quietly(
-            self._events.delete_many(
-                stale_events_filter(
-                    session_id, info.incarnation, list(segments), stored.end, request.version
+        if segments != info.segments:
+            await self._quietly(
+                self._events.delete_many(
+                    stale_events_filter(
+                        session_id, info.incarnation, segments, tail.start, request.version
+                    )
                 )
             )
-        )
         return True
 
     async def _list_forks(
@@ -828,10 +1065,13 @@ class MongoSessionManager(SessionManager):
         return True
 
     async def _discard(self, session_id: str, gen: ObjectId, first: int, writer: ObjectId) -> None:
-        """Delete what one save attempt wrote (it was never published, and never will be)."""
-        await self._events.delete_many(
-            {"session": session_id, "gen": gen, "pos": {"$gte": first}, "writer": writer}
-        )
+        """Delete what one save attempt wrote (it was never published, and never will be).
+
+        Its first bucket goes last: while any of its buckets is left, the one at *first*
+        is too, so a seal there collides and moves on (see `_seal`)."""
+        mine = {"session": session_id, "gen": gen, "writer": writer}
+        await self._events.delete_many({**mine, "pos": {"$gt": first}})
+        await self._events.delete_many({**mine, "pos": first})
 
     async def _explain_failed_publish(
         self, request: SaveRequest | CompactRequest | RewindRequest, now: datetime
@@ -873,7 +1113,7 @@ class MongoSessionManager(SessionManager):
         return [record_of({**doc, "state": ""}).summary() for doc in docs]
 
     async def _diagnose(self, now: datetime) -> list[Finding]:
-        return await _diagnosis.diagnose(self._links.current())
+        return await _diagnosis.diagnose(self._links.current(), self.encryption is not None)
 
     async def _purge_expired(self, now: datetime) -> int:
         """Delete expired sessions with their events, then events no session owns (see
@@ -887,6 +1127,16 @@ async def _close_link(link: Link) -> None:
 
 async def _prepare(link: Link) -> None:
     await create_indexes(link.sessions, link.events, link.archive)
+
+
+def _fits_tail(count: int, size: int, state: str) -> bool:
+    """Whether a tail of *count* events, *size* bytes of text, stays inline in a session
+    document holding *state*: the tail's own bounds, and the document's."""
+    if count > BUCKET_EVENTS or size > TAIL_BYTES:
+        return False
+    return 4 * len(state) + size <= _MAX_DOCUMENT_BYTES or (
+        text_bytes(state) + size <= _MAX_DOCUMENT_BYTES
+    )
 
 
 def _lineage_filter(request: SaveRequest | CompactRequest | RewindRequest) -> Doc:

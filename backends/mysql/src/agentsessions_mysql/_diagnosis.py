@@ -1,5 +1,6 @@
-"""The MySQL/MariaDB doctor's checks: durability, packet size, read-only mode and schema
-version, read from the server's global variables and judged from those readings alone."""
+"""The MySQL/MariaDB doctor's checks: durability, packet size, read-only mode, encryption
+at rest and schema version, read from the server's global variables and its tablespaces,
+and judged from those readings alone."""
 
 from __future__ import annotations
 
@@ -7,11 +8,22 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-from agentsessions.backend import Finding, clock_skew, finding, schema_version
+from agentsessions.backend import Finding, clock_skew, encryption_at_rest, finding, schema_version
+from asyncmy.errors import MySQLError
 
 from ._schema import LATEST_VERSION, STATEMENTS
 
-__all__ = ["SETTINGS", "diagnose", "durability", "packet", "pool_size", "read_only"]
+__all__ = [
+    "ENCRYPTION_SETTINGS",
+    "SETTINGS",
+    "TABLES",
+    "diagnose",
+    "durability",
+    "encryption",
+    "packet",
+    "pool_size",
+    "read_only",
+]
 
 #: The global variables the checks read (``@@GLOBAL.<name>``).
 SETTINGS = (
@@ -22,6 +34,37 @@ SETTINGS = (
     "max_allowed_packet",
     "read_only",
     "max_connections",
+)
+
+
+#: The encryption variables of either server (each has only its own: read by name, not
+#: as ``@@GLOBAL``, which fails on a variable the server lacks). MariaDB first, MySQL 8 second.
+ENCRYPTION_SETTINGS = (
+    "innodb_encrypt_tables",
+    "innodb_encrypt_log",
+    "encrypt_binlog",
+    "default_table_encryption",
+    "innodb_redo_log_encrypt",
+    "binlog_encryption",
+)
+#: The tables that hold session contents.
+TABLES = ("agentsessions_sessions", "agentsessions_events", "agentsessions_archive")
+# Each server's view of its tables' encryption, as rows ('db/table', encrypted), through
+# the tablespace each table is in (its own, or the system tablespace when
+# innodb_file_per_table is off). MariaDB lists only tablespaces that carry encryption
+# data: a table whose tablespace is missing there is in clear (NULL).
+_TABLESPACES = (
+    "SELECT t.NAME, e.ENCRYPTION_SCHEME <> 0 FROM information_schema.INNODB_SYS_TABLES t "
+    "LEFT JOIN information_schema.INNODB_TABLESPACES_ENCRYPTION e ON e.SPACE = t.SPACE",
+    "SELECT t.NAME, s.ENCRYPTION = 'Y' FROM information_schema.INNODB_TABLES t "
+    "LEFT JOIN information_schema.INNODB_TABLESPACES s ON s.SPACE = t.SPACE",
+)
+_ENCRYPTION_FIX = (
+    "MariaDB: load a key management plugin (file_key_management, "
+    "hashicorp_key_management) and set innodb_encrypt_tables, innodb_encrypt_log and "
+    "encrypt_binlog = ON; MySQL: a keyring component, default_table_encryption, "
+    "innodb_redo_log_encrypt and binlog_encryption = ON, and ALTER TABLE ... "
+    "ENCRYPTION='Y' for the tables that exist"
 )
 
 
@@ -83,6 +126,78 @@ def durability(settings: Mapping[str, str]) -> list[Finding]:
     return out
 
 
+def encryption(
+    variables: Mapping[str, str],
+    encrypted: Mapping[str, bool] | None,
+    log_bin: bool,
+    client_side: bool,
+) -> Finding:
+    """``mysql.encryption_at_rest``: the session tables, the redo log and the binary log.
+
+    *encrypted* maps each of `TABLES` the server lists to whether its tablespace is
+    encrypted (None: neither server's tablespace view could be read).
+    """
+    if encrypted is None:
+        tables = variables.get("innodb_encrypt_tables") or variables.get(
+            "default_table_encryption", "unknown"
+        )
+        return encryption_at_rest(
+            "mysql.encryption_at_rest",
+            client_side,
+            None,
+            "the tablespaces' encryption could not be read (information_schema refused); "
+            f"the default for new tables: {tables}",
+            "grant the doctor's user PROCESS (the tablespace views need it)",
+        )
+    clear = [table for table in TABLES if not encrypted.get(table, False)]
+    logs = [("redo log", ("innodb_encrypt_log", "innodb_redo_log_encrypt"))]
+    if log_bin:
+        logs.append(("binary log", ("encrypt_binlog", "binlog_encryption")))
+    clear_logs = [
+        f"{what} ({next((n for n in names if n in variables), names[0])} = OFF)"
+        for what, names in logs
+        if not any(_on(variables.get(name, "OFF")) for name in names)
+    ]
+    if clear:
+        found = f"not encrypted: {', '.join(clear)}"
+        for name in ("innodb_encrypt_tables", "default_table_encryption"):
+            if name in variables:
+                found += f" ({name} = {variables[name]})"
+                break
+    else:
+        found = f"the session tables are encrypted ({', '.join(TABLES)})"
+        if clear_logs:
+            found += (
+                f", but not the {' nor the '.join(clear_logs)}: recent saves sit there in clear"
+            )
+    return encryption_at_rest(
+        "mysql.encryption_at_rest",
+        client_side,
+        not clear and not clear_logs,
+        found,
+        _ENCRYPTION_FIX,
+    )
+
+
+async def _encrypted_tables(fetch: Any) -> dict[str, bool] | None:
+    """Whether each of our tables' tablespace is encrypted, by the first view the server has."""
+    database = (await fetch("SELECT DATABASE()"))[0][0]
+    for sql in _TABLESPACES:
+        try:
+            rows = await fetch(sql)
+        except MySQLError as exc:
+            if not exc.args or not isinstance(exc.args[0], int) or exc.args[0] >= 2000:
+                raise  # a client error (the connection), not the server refusing the query
+            continue
+        prefix = f"{database}/"
+        return {
+            str(name)[len(prefix) :]: bool(flag)
+            for name, flag in rows
+            if str(name).startswith(prefix)
+        }
+    return None
+
+
 def packet(max_allowed_packet: int, needed: int) -> Finding:
     """``mysql.max_allowed_packet``: what new connections get, against what a save needs."""
     found = f"max_allowed_packet = {max_allowed_packet} bytes (this backend needs {needed})"
@@ -138,8 +253,11 @@ def pool_size(max_pool_size: int, max_connections: int) -> Finding:
     return finding("mysql.pool_size", "ok", found)
 
 
-async def diagnose(fetch: Any, needed_packet: int, max_pool_size: int) -> list[Finding]:
-    """Every MySQL/MariaDB check; *fetch* is ``async (sql) -> rows`` on one connection."""
+async def diagnose(
+    fetch: Any, needed_packet: int, max_pool_size: int, client_side: bool
+) -> list[Finding]:
+    """Every MySQL/MariaDB check; *fetch* is ``async (sql) -> rows`` on one connection;
+    *client_side*: the manager encrypts before writing."""
     columns = ", ".join(f"@@GLOBAL.{name}" for name in SETTINGS)
     row = (await fetch(f"SELECT {columns}"))[0]
     settings = {name: str(value) for name, value in zip(SETTINGS, row, strict=True)}
@@ -147,6 +265,11 @@ async def diagnose(fetch: Any, needed_packet: int, max_pool_size: int) -> list[F
     out.append(packet(int(settings["max_allowed_packet"]), needed_packet))
     out.append(read_only(settings["read_only"]))
     out.append(pool_size(max_pool_size, int(settings["max_connections"])))
+    names = ", ".join(f"'{name}'" for name in ENCRYPTION_SETTINGS)
+    rows = await fetch(f"SHOW GLOBAL VARIABLES WHERE Variable_name IN ({names})")
+    variables = {str(name): str(value) for name, value in rows}
+    tables = await _encrypted_tables(fetch)
+    out.append(encryption(variables, tables, _on(settings["log_bin"]), client_side))
     exists = (await fetch(STATEMENTS.schema_exists))[0][0]
     stored = (await fetch(STATEMENTS.current_version))[0][0] if exists else None
     out.append(

@@ -2,11 +2,13 @@
 
 Round trips: a load is one packet (a read-only transaction with one consistent
 snapshot holding the record's select and the events' select); a create is one
-insert. A save, a compaction, a restore and the deletes are one transaction each:
-the session row is read ``FOR UPDATE`` (the optimistic lock: the version, lineage
-and save tokens are checked in Python while the row is locked), then the row is
-updated and the events written, then COMMIT. MySQL has no data-modifying CTE, so a
-conditional write in one statement is not available.
+insert. A save, a compaction, a rewind, a restore and the deletes are one transaction
+each: the session row is read ``FOR UPDATE`` (the optimistic lock: the version, lineage
+and save token are checked in Python while the row is locked), then the row is updated
+and the events written, then COMMIT. A fork is one transaction too: the source row read
+``LOCK IN SHARE MODE``, the new row inserted, the events copied by ``INSERT ... SELECT``.
+MySQL has no data-modifying CTE, so a conditional write in one statement is not
+available.
 
 Deadlines: every call runs under the manager's deadline, which cancels it. A
 connection left with a statement in flight is closed at once, and the statement is
@@ -20,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
-from contextlib import asynccontextmanager, suppress
+from contextlib import asynccontextmanager
 from datetime import datetime
 from functools import partial, wraps
 from typing import Any, ClassVar, Concatenate, ParamSpec, TypeVar
@@ -32,18 +34,23 @@ from agentsessions import (
     BackendTimeoutError,
     BackendUnavailableError,
     DatabaseNotFoundError,
+    ForkOrigin,
+    InvalidInputError,
     SessionExistsError,
+    SessionNotFoundError,
+    SessionOwnershipError,
     SessionSummary,
 )
 from agentsessions.backend import (
-    TOKENS_KEPT,
     Capabilities,
     CompactRequest,
     ErrorRule,
     EventRecord,
     Finding,
+    ForkRequest,
     LoadedSession,
     ManagerOptions,
+    RewindRequest,
     SaveRequest,
     SchemaTooNewError,
     SessionManager,
@@ -51,6 +58,7 @@ from agentsessions.backend import (
     decode_events,
     decode_record,
     decode_summary,
+    fork_fields,
     refused,
     to_micros,
 )
@@ -65,13 +73,16 @@ from ._schema import (
     LATEST_VERSION,
     MIGRATIONS,
     STATEMENTS,
+    TOKEN_BYTES,
     VERSION_TABLE,
+    Guarded,
     in_list,
     insert_events,
     list_statement,
     migration_lock_name,
     snapshot_read,
 )
+from ._wire import INSERT_BUDGET, Batch, code, execute, fetch, lost, snapshot_sets
 
 _LOAD_ALL = snapshot_read(STATEMENTS.load_record, STATEMENTS.events_all)
 _LOAD_LAST = snapshot_read(STATEMENTS.load_record, STATEMENTS.events_last)
@@ -85,8 +96,6 @@ MAX_VALUE_BYTES = 4 * 1024 * 1024
 #: The smallest ``max_allowed_packet`` the backend works with: a statement carrying
 #: one value of `MAX_VALUE_BYTES`, every byte escaped, and its other parameters.
 MIN_PACKET = 2 * MAX_VALUE_BYTES + 1024 * 1024
-# Events are inserted in statements of about this many bytes of JSON at most.
-_INSERT_BUDGET = 1024 * 1024
 
 # Server error codes.
 _ACCESS_DENIED = frozenset({1045, 1698})  # wrong password / unknown user, auth plugin refused
@@ -94,22 +103,19 @@ _UNKNOWN_DATABASE = frozenset({1049, 1044})  # no such database, or none we may 
 _READ_ONLY = frozenset({1290, 1792, 1836})  # --read-only, read-only transaction, replica
 _RETRIED = frozenset({1205, 1213})  # lock wait timeout, deadlock: rolled back, retried
 _STATEMENT_TIMEOUT = frozenset({1969, 3024})  # MariaDB max_statement_time, MySQL's
-_LOST = frozenset({2006, 2013, 2014, 2055, 4031})  # gone away, lost, out of sync, idle
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
-_WRITE_ATTEMPTS = 8
+# Generous: a retry is always safe here, and on a loaded server many contenders for one key
+# (creates of one id) can deadlock again and again; the call's deadline still bounds it.
+_WRITE_ATTEMPTS = 32
+_BACKOFF_CAP = 0.1
 # Expired sessions are deleted this many per transaction (few row locks at a time).
 PURGE_BATCH = 500
 
 
-def _code(exc: BaseException) -> int | None:
-    args = getattr(exc, "args", ())
-    return args[0] if args and isinstance(args[0], int) else None
-
-
 def _coded(codes: frozenset[int]) -> Callable[[Any], bool]:
-    return lambda exc: _code(exc) in codes
+    return lambda exc: code(exc) in codes
 
 
 _DRIVER_ERRORS = (
@@ -123,10 +129,6 @@ _DRIVER_ERRORS = (
 
 #: What leaves a statement in flight, or the connection unusable: it is abandoned.
 _ABANDONED = (asyncio.CancelledError, asyncio.TimeoutError, OSError, InterfaceError)
-
-
-def _lost(exc: BaseException) -> bool:
-    return isinstance(exc, (OSError, InterfaceError)) or _code(exc) in _LOST
 
 
 def _write(
@@ -144,10 +146,10 @@ def _write(
             try:
                 return await method(manager, *args, **kwargs)
             except OperationalError as exc:
-                if _code(exc) not in _RETRIED:
+                if code(exc) not in _RETRIED:
                     raise
             # Apart, so that the writers that deadlocked do not meet again at once.
-            await asyncio.sleep(random.uniform(0, 0.002 * 2**attempt))
+            await asyncio.sleep(random.uniform(0, min(_BACKOFF_CAP, 0.002 * 2**attempt)))
         return await method(manager, *args, **kwargs)
 
     return write
@@ -164,6 +166,7 @@ class MySQLSessionManager(SessionManager):
         ttl=True,
         namespaces=True,
         compaction=True,
+        branching=True,
         max_event_bytes=MAX_VALUE_BYTES,
         max_state_bytes=MAX_VALUE_BYTES,
     )
@@ -218,7 +221,7 @@ class MySQLSessionManager(SessionManager):
         try:
             # A load's snapshot spans its two selects only under REPEATABLE READ (the
             # default, unless the server was configured otherwise).
-            await _execute(connection, "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            await execute(connection, "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         except BaseException:
             connection.close()
             raise
@@ -245,9 +248,9 @@ class MySQLSessionManager(SessionManager):
         try:
             yield connection
         except BaseException as exc:
-            if isinstance(exc, _ABANDONED) or _lost(exc):
+            if isinstance(exc, _ABANDONED) or lost(exc):
                 pool.abandon(connection)
-                if _lost(exc):
+                if lost(exc):
                     pool.expire()
             else:
                 pool.release(generation, connection)
@@ -258,24 +261,24 @@ class MySQLSessionManager(SessionManager):
     async def _transaction(self, connection: Connection) -> AsyncIterator[None]:
         """START TRANSACTION ... COMMIT; an ordinary failure is rolled back, an abandoned
         transaction is left to `_connection` (the server rolls back a closed one)."""
-        await _execute(connection, "START TRANSACTION")
+        await execute(connection, "START TRANSACTION")
         try:
             yield
         except BaseException as exc:
-            if not (isinstance(exc, _ABANDONED) or _lost(exc)):
-                await _execute(connection, "ROLLBACK")
+            if not (isinstance(exc, _ABANDONED) or lost(exc)):
+                await execute(connection, "ROLLBACK")
             raise
-        await _execute(connection, "COMMIT")
+        await execute(connection, "COMMIT")
 
     @asynccontextmanager
-    async def _batched(self, connection: Connection) -> AsyncIterator[_Tx]:
-        """A `_Tx`, committed on normal exit; rolled back as `_transaction` does."""
-        tx = _Tx(connection)
+    async def _batched(self, connection: Connection) -> AsyncIterator[Batch]:
+        """A `Batch`, committed on normal exit; rolled back as `_transaction` does."""
+        tx = Batch(connection)
         try:
             yield tx
         except BaseException as exc:
-            if not (isinstance(exc, _ABANDONED) or _lost(exc)):
-                await _execute(connection, "ROLLBACK")
+            if not (isinstance(exc, _ABANDONED) or lost(exc)):
+                await execute(connection, "ROLLBACK")
             raise
         await tx.commit()
 
@@ -283,17 +286,19 @@ class MySQLSessionManager(SessionManager):
         """A read-only statement, once more on a fresh connection if the first was dead."""
         try:
             async with self._connection() as connection:
-                return await _fetch(connection, sql, args)
+                return await fetch(connection, sql, args)
         except (OSError, InterfaceError, OperationalError) as exc:
-            if not _lost(exc):
+            if not lost(exc):
                 raise
         async with self._connection() as connection:
-            return await _fetch(connection, sql, args)
+            return await fetch(connection, sql, args)
 
     async def _diagnose(self, now: datetime) -> list[Finding]:
         async with self._connection() as connection:
-            fetch = partial(_fetch, connection, args=())
-            return await _diagnosis.diagnose(fetch, MIN_PACKET, self.options.max_pool_size)
+            read = partial(fetch, connection, args=())
+            return await _diagnosis.diagnose(
+                read, MIN_PACKET, self.options.max_pool_size, self.encryption is not None
+            )
 
     # -- schema -------------------------------------------------------------------------
 
@@ -305,7 +310,7 @@ class MySQLSessionManager(SessionManager):
         the others wait, then find them applied. Also checks ``max_allowed_packet``.
         """
         async with self._connection(pool) as connection:
-            packet = (await _fetch(connection, "SELECT @@max_allowed_packet", ()))[0][0]
+            packet = (await fetch(connection, "SELECT @@max_allowed_packet", ()))[0][0]
             if int(packet) < MIN_PACKET:
                 raise BackendUnavailableError(
                     self.url,
@@ -318,30 +323,34 @@ class MySQLSessionManager(SessionManager):
                 return
             lock = migration_lock_name(self._connect_args["db"])
             wait = max(1, int(self._remaining()))
-            got = (await _fetch(connection, "SELECT GET_LOCK(%s, %s)", (lock, wait)))[0][0]
+            got = (await fetch(connection, "SELECT GET_LOCK(%s, %s)", (lock, wait)))[0][0]
             if got != 1:
                 raise asyncio.TimeoutError("waited too long for the migration lock")
             try:
-                await _execute(connection, VERSION_TABLE)
+                await execute(connection, VERSION_TABLE)
                 found = await self._schema_version(connection)
                 for version in sorted(MIGRATIONS):
                     if version <= found:
                         continue
-                    for ddl in MIGRATIONS[version]:
-                        await _execute(connection, ddl)
-                    await _execute(
+                    for step in MIGRATIONS[version]:
+                        if isinstance(step, Guarded):
+                            if (await fetch(connection, step.probe, ()))[0][0]:
+                                continue  # applied before its version was recorded
+                            step = step.ddl
+                        await execute(connection, step)
+                    await execute(
                         connection,
                         STATEMENTS.record_version,
                         (version, to_micros(self.clock.now())),
                     )
             finally:
-                await _execute(connection, "DO RELEASE_LOCK(%s)", (lock,))
+                await execute(connection, "DO RELEASE_LOCK(%s)", (lock,))
         self._migrations_applied(found, LATEST_VERSION)
 
     async def _schema_version(self, connection: Connection) -> int:
-        if not (await _fetch(connection, STATEMENTS.schema_exists, ()))[0][0]:
+        if not (await fetch(connection, STATEMENTS.schema_exists, ()))[0][0]:
             return 0
-        found = int((await _fetch(connection, STATEMENTS.current_version, ()))[0][0] or 0)
+        found = int((await fetch(connection, STATEMENTS.current_version, ()))[0][0] or 0)
         if found > LATEST_VERSION:
             raise SchemaTooNewError(found, LATEST_VERSION, f"database {self._connect_args['db']!r}")
         return found
@@ -350,10 +359,11 @@ class MySQLSessionManager(SessionManager):
 
     def _row(self, record: SessionRecord) -> tuple[Any, ...]:
         expires = None if record.expires_at is None else to_micros(record.expires_at)
+        fork_source, fork_version, fork_event = fork_fields(record)
         return (
             self._ns,
             record.session_id.encode(),
-            None if record.user_id is None else record.user_id.encode(),
+            _bytes(record.user_id),
             record.state,
             record.version,
             to_micros(record.created_at),
@@ -361,15 +371,18 @@ class MySQLSessionManager(SessionManager):
             expires,
             record.event_count,
             record.lineage,
+            _bytes(fork_source),
+            fork_version,
+            _bytes(fork_event),
         )
 
     async def _replace(
         self, connection: Connection, row: tuple[Any, ...], key: tuple[bytes, bytes]
     ) -> None:
         """Overwrite a locked expired session with *row* and drop its events and archive."""
-        await _execute(connection, STATEMENTS.replace_session, (*row[2:], *key))
-        await _execute(connection, STATEMENTS.delete_events, key)
-        await _execute(connection, STATEMENTS.delete_archive, key)
+        await execute(connection, STATEMENTS.replace_session, (*row[2:], *key))
+        await execute(connection, STATEMENTS.delete_events, key)
+        await execute(connection, STATEMENTS.delete_archive, key)
 
     @_write
     async def _create(self, record: SessionRecord, now: datetime) -> None:
@@ -377,10 +390,10 @@ class MySQLSessionManager(SessionManager):
         key = (self._ns, row[1])
         async with self._connection() as connection:
             try:  # the common case: one statement, autocommitted
-                await _execute(connection, STATEMENTS.insert_session, row)
+                await execute(connection, STATEMENTS.insert_session, row)
                 return
             except IntegrityError as exc:
-                if _code(exc) != 1062:  # duplicate key: the id is taken
+                if code(exc) != 1062:  # duplicate key: the id is taken
                     raise
             while True:
                 async with self._transaction(connection):
@@ -402,7 +415,7 @@ class MySQLSessionManager(SessionManager):
                     if not await self._insert_or_replace(connection, row, key, now):
                         continue  # deleted between our two statements: again
                     await self._insert(
-                        partial(_execute, connection), key, 0, [e.data for e in events]
+                        partial(execute, connection), key, 0, [e.data for e in events]
                     )
                     return
 
@@ -412,12 +425,12 @@ class MySQLSessionManager(SessionManager):
         """Insert the session row, or replace an expired one (`SessionExistsError` for a
         live one); False when the row that blocked the insert is gone (try again)."""
         try:
-            await _execute(connection, STATEMENTS.insert_session, row)
+            await execute(connection, STATEMENTS.insert_session, row)
             return True
         except IntegrityError as exc:
-            if _code(exc) != 1062:  # duplicate key: the id is taken
+            if code(exc) != 1062:  # duplicate key: the id is taken
                 raise
-        found = await _fetch(connection, STATEMENTS.lock_session, key)
+        found = await fetch(connection, STATEMENTS.lock_session, key)
         if not found:
             return False
         if not _expired(found[0][2], now):
@@ -436,7 +449,7 @@ class MySQLSessionManager(SessionManager):
         start = 0
         while start < len(texts):
             end, size = start, 0
-            while end < len(texts) and (end == start or size + len(texts[end]) <= _INSERT_BUDGET):
+            while end < len(texts) and (end == start or size + len(texts[end]) <= INSERT_BUDGET):
                 size += len(texts[end])
                 end += 1
             args: list[Any] = []
@@ -472,32 +485,31 @@ class MySQLSessionManager(SessionManager):
         """The record rows and event rows of a `snapshot_read` load (one round trip)."""
         try:
             async with self._connection() as connection:
-                return await _snapshot_sets(connection, sql, args)
+                return await snapshot_sets(connection, sql, args)
         except (OSError, InterfaceError, OperationalError) as exc:
-            if not _lost(exc):
+            if not lost(exc):
                 raise
         async with self._connection() as connection:
-            return await _snapshot_sets(connection, sql, args)
+            return await snapshot_sets(connection, sql, args)
 
     async def _locked(
         self,
-        tx: _Tx,
+        tx: Batch,
         key: tuple[bytes, bytes],
-        request: SaveRequest | CompactRequest,
+        request: SaveRequest | CompactRequest | RewindRequest,
         now: datetime,
     ) -> tuple[int, bytes] | None:
         """Lock the session row and check *request* against it: its first position and
-        the tokens to store, or None when the token is stored (the save landed before)."""
-        found = await tx.fetch(STATEMENTS.lock_session, key)
+        the token to store, or None when the token is stored (the save landed before)."""
+        token = request.token.encode()
+        found = await tx.fetch(STATEMENTS.lock_for_write, (token, token, *key))
         if found:
             version, lineage, expires, first, tokens = found[0]
-            token = request.token.encode()
-            kept = [bytes(tokens[i : i + 32]) for i in range(0, len(tokens), 32)]
-            if token and token in kept:
+            if tokens is not None and token in _tokens(bytes(tokens)):
                 return None
             if not _expired(expires, now):
                 if request.expects(int(version), _text(lineage)):
-                    return int(first), b"".join([token, *kept][:TOKENS_KEPT])
+                    return int(first), token
                 raise refused(
                     request,
                     live=True,
@@ -515,7 +527,7 @@ class MySQLSessionManager(SessionManager):
             locked = await self._locked(tx, key, request, now)
             if locked is None:
                 return
-            first, tokens = locked
+            first, token = locked
             await tx.execute(
                 STATEMENTS.update_saved,
                 (
@@ -524,7 +536,7 @@ class MySQLSessionManager(SessionManager):
                     to_micros(record.updated_at),
                     expires,
                     record.event_count,
-                    tokens,
+                    token,
                     record.lineage,
                     *key,
                 ),
@@ -543,7 +555,7 @@ class MySQLSessionManager(SessionManager):
             locked = await self._locked(tx, key, request, now)
             if locked is None:
                 return
-            first, tokens = locked
+            first, token = locked
             cut = first + request.replaced  # the first stored position that stays
             new_first = cut - len(request.new_events)
             if request.archive:
@@ -562,12 +574,102 @@ class MySQLSessionManager(SessionManager):
                     to_micros(request.updated_at),
                     expires,
                     request.event_count,
-                    tokens,
+                    token,
                     new_first,
                     request.lineage,
                     *key,
                 ),
             )
+
+    @_write
+    async def _fork(self, request: ForkRequest, now: datetime) -> SessionRecord:
+        source_id, new_id = request.source_id, request.session_id
+        source = (self._ns, source_id.encode())
+        async with self._connection() as connection:
+            while True:
+                async with self._transaction(connection):
+                    # Share-locked: a save of the source waits until the copy commits,
+                    # so the fork is the one version read here.
+                    found = await fetch(
+                        connection, STATEMENTS.fork_source, (*source, to_micros(now))
+                    )
+                    if not found:
+                        raise SessionNotFoundError(source_id)
+                    owner, state, version, count, first = found[0]
+                    owner = None if owner is None else _text(owner)
+                    if request.user_id is not None and owner != request.user_id:
+                        raise SessionOwnershipError(source_id, request.user_id)
+                    count, first = int(count), int(first)
+                    cut = request.through_event_id
+                    if cut is not None:
+                        at = await fetch(connection, STATEMENTS.find_event, (*source, cut.encode()))
+                        if not at:
+                            raise InvalidInputError(
+                                f"session {source_id!r} holds no event with id {cut!r}"
+                            )
+                        count = int(at[0][0]) - first + 1
+                    record = SessionRecord(
+                        session_id=new_id,
+                        user_id=owner,
+                        state=_text(state) if request.state is None else request.state,
+                        version=1,
+                        created_at=request.created_at,
+                        updated_at=request.created_at,
+                        expires_at=request.expires_at,
+                        event_count=count,
+                        lineage=request.lineage,
+                        forked_from=ForkOrigin(
+                            session_id=source_id, version=int(version), event_id=cut
+                        ),
+                    )
+                    key = (self._ns, new_id.encode())
+                    if not await self._insert_or_replace(connection, self._row(record), key, now):
+                        continue  # deleted between our two statements: again
+                    if count:
+                        await execute(
+                            connection,
+                            STATEMENTS.copy_events,
+                            (key[1], first, *source, first + count),
+                        )
+                    return record
+
+    @_write
+    async def _rewind(self, request: RewindRequest, now: datetime) -> None:
+        key = (self._ns, request.session_id.encode())
+        expires = None if request.expires_at is None else to_micros(request.expires_at)
+        async with self._connection() as connection, self._batched(connection) as tx:
+            locked = await self._locked(tx, key, request, now)
+            if locked is None:
+                return
+            first, token = locked
+            cut = first + request.keep  # the first stored position dropped
+            if request.archive:
+                await tx.execute(
+                    STATEMENTS.archive_tail, (request.expected_version, first, *key, cut)
+                )
+            await tx.execute(STATEMENTS.delete_events_from, (*key, cut))
+            await tx.execute(
+                STATEMENTS.update_rewound,
+                (
+                    request.version,
+                    to_micros(request.updated_at),
+                    expires,
+                    request.event_count,
+                    token,
+                    request.lineage,
+                    *key,
+                ),
+            )
+
+    async def _list_forks(
+        self,
+        source_id: str,
+        user_id: str | None,
+        limit: int,
+        after: tuple[datetime, str] | None,
+        now: datetime,
+    ) -> list[SessionSummary]:
+        return await self._page(user_id, limit, after, now, forked_from=source_id)
 
     async def _archived(self, session_id: str, now: datetime) -> list[str]:
         key = (self._ns, session_id.encode())
@@ -578,19 +680,19 @@ class MySQLSessionManager(SessionManager):
     async def _delete(self, session_id: str, now: datetime) -> bool:
         key = (self._ns, session_id.encode())
         async with self._connection() as connection, self._transaction(connection):
-            found = await _fetch(connection, STATEMENTS.session_liveness, (to_micros(now), *key))
+            found = await fetch(connection, STATEMENTS.session_liveness, (to_micros(now), *key))
             if not found:
                 return False
-            await _execute(connection, STATEMENTS.delete_session, key)
-            await _execute(connection, STATEMENTS.delete_events, key)
-            await _execute(connection, STATEMENTS.delete_archive, key)
+            await execute(connection, STATEMENTS.delete_session, key)
+            await execute(connection, STATEMENTS.delete_events, key)
+            await execute(connection, STATEMENTS.delete_archive, key)
         return bool(found[0][0])
 
     @_write
     async def _delete_user(self, user_id: str, now: datetime) -> int:
         args = (to_micros(now), self._ns, user_id.encode())
         async with self._connection() as connection, self._transaction(connection):
-            rows = await _fetch(connection, STATEMENTS.user_sessions, args)
+            rows = await fetch(connection, STATEMENTS.user_sessions, args)
             await self._erase(connection, [row[0] for row in rows])
         return sum(1 for row in rows if row[1])
 
@@ -603,7 +705,7 @@ class MySQLSessionManager(SessionManager):
                 "agentsessions_events",
                 "agentsessions_archive",
             ):
-                await _execute(connection, in_list(table, len(batch)), (self._ns, *batch))
+                await execute(connection, in_list(table, len(batch)), (self._ns, *batch))
 
     async def _list(
         self,
@@ -612,8 +714,23 @@ class MySQLSessionManager(SessionManager):
         after: tuple[datetime, str] | None,
         now: datetime,
     ) -> list[SessionSummary]:
-        sql = list_statement(by_user=user_id is not None, paged=after is not None)
+        return await self._page(user_id, limit, after, now)
+
+    async def _page(
+        self,
+        user_id: str | None,
+        limit: int,
+        after: tuple[datetime, str] | None,
+        now: datetime,
+        forked_from: str | None = None,
+    ) -> list[SessionSummary]:
+        """One listing page: every live session, or the forks of *forked_from*."""
+        sql = list_statement(
+            by_user=user_id is not None, paged=after is not None, forks=forked_from is not None
+        )
         args: list[Any] = [self._ns, to_micros(now)]
+        if forked_from is not None:
+            args.append(forked_from.encode())
         if user_id is not None:
             args.append(user_id.encode())
         if after is not None:
@@ -627,7 +744,7 @@ class MySQLSessionManager(SessionManager):
         purged = 0
         while True:
             async with self._connection() as connection, self._transaction(connection):
-                rows = await _fetch(
+                rows = await fetch(
                     connection, STATEMENTS.purge_batch, (self._ns, to_micros(now), PURGE_BATCH)
                 )
                 await self._erase(connection, [row[0] for row in rows])
@@ -636,101 +753,17 @@ class MySQLSessionManager(SessionManager):
                 return purged
 
 
-async def _execute(connection: Connection, sql: str, args: Sequence[Any] = ()) -> int:
-    async with connection.cursor() as cursor:
-        return await cursor.execute(sql, args or None)
-
-
-class _Tx:
-    """A write transaction that sends its statements in as few packets as it can.
-
-    ``START TRANSACTION`` rides with the first read (the row lock), and the writes are
-    held back and sent with ``COMMIT`` (or sooner, past `_INSERT_BUDGET` bytes), each
-    packet a multi-statement query: a save is two round trips, not five. The values
-    are quoted by asyncmy (`Cursor.mogrify`) exactly as for a single statement.
-    """
-
-    def __init__(self, connection: Connection) -> None:
-        self.connection = connection
-        self._pending: list[str] = ["START TRANSACTION"]
-        self._size = 0
-
-    def _text(self, sql: str, args: Sequence[Any]) -> str:
-        return self.connection.cursor().mogrify(sql, tuple(args)).strip()
-
-    async def fetch(self, sql: str, args: Sequence[Any]) -> list[tuple[Any, ...]]:
-        """Send what is pending and *sql*; the rows *sql* returned."""
-        statements = [*self._pending, self._text(sql, args)]
-        self._pending, self._size = [], 0
-        return (await _multi(self.connection, statements))[-1]
-
-    async def execute(self, sql: str, args: Sequence[Any] = ()) -> None:
-        """Hold *sql* back until the commit, unless what is held grows too large."""
-        text = self._text(sql, args)
-        if self._pending and self._size + len(text) > _INSERT_BUDGET:
-            await self._flush()  # so that no packet holds more than one large value
-        self._pending.append(text)
-        self._size += len(text)
-        if self._size > _INSERT_BUDGET:
-            await self._flush()
-
-    async def _flush(self) -> None:
-        statements, self._pending, self._size = self._pending, [], 0
-        await _multi(self.connection, statements)
-
-    async def commit(self) -> None:
-        await _multi(self.connection, [*self._pending, "COMMIT"])
-        self._pending = []
-
-
-async def _multi(connection: Connection, statements: list[str]) -> list[list[tuple[Any, ...]]]:
-    """Run *statements* as one multi-statement packet; every statement's rows."""
-    sets: list[list[tuple[Any, ...]]] = []
-    async with connection.cursor() as cursor:
-        await cursor.execute("; ".join(statements))
-        sets.append(list(await cursor.fetchall()))
-        for _ in range(len(statements) - 1):
-            if not await cursor.nextset():
-                break
-            sets.append(list(await cursor.fetchall()))
-    if len(sets) != len(statements):
-        raise InterfaceError(f"{len(statements)} statements returned {len(sets)} results")
-    return sets
-
-
-async def _snapshot_sets(
-    connection: Connection, sql: str, args: Sequence[Any]
-) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
-    """Run a `snapshot_read` of two selects; their rows. A failure inside it leaves the
-    transaction open, so it is rolled back before the connection goes back to the pool."""
-    sets: list[list[tuple[Any, ...]]] = []
-    try:
-        async with connection.cursor() as cursor:
-            await cursor.execute(sql, args)
-            sets.append(list(await cursor.fetchall()))
-            for _ in range(3):  # START, the two selects, COMMIT: four results in all
-                if not await cursor.nextset():
-                    break
-                sets.append(list(await cursor.fetchall()))
-    except DriverError as exc:
-        if not _lost(exc):
-            with suppress(DriverError):
-                await _execute(connection, "ROLLBACK")
-        raise
-    if len(sets) != 4:
-        raise InterfaceError(f"a load returned {len(sets)} results, not 4")
-    return sets[1], sets[2]
-
-
-async def _fetch(connection: Connection, sql: str, args: Sequence[Any]) -> list[tuple[Any, ...]]:
-    async with connection.cursor() as cursor:
-        await cursor.execute(sql, args or None)
-        rows: list[tuple[Any, ...]] = await cursor.fetchall()
-        return rows
-
-
 def _expired(expires_at: int | None, now: datetime) -> bool:
     return expires_at is not None and int(expires_at) <= to_micros(now)
+
+
+def _tokens(stored: bytes) -> list[bytes]:
+    """The save tokens a session row holds, newest first."""
+    return [stored[i : i + TOKEN_BYTES] for i in range(0, len(stored), TOKEN_BYTES)]
+
+
+def _bytes(value: str | None) -> bytes | None:
+    return None if value is None else value.encode()
 
 
 def _text(value: str | bytes) -> str:

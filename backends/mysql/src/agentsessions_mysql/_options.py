@@ -8,6 +8,7 @@ from agentsessions import InvalidOptionError
 from agentsessions.backend import (
     MAX_POOL_SIZE,
     ManagerOptions,
+    OptionConflict,
     PoolSize,
     Timeout,
     parse_server_url,
@@ -49,12 +50,15 @@ class MySQLOptions(ManagerOptions):
     @model_validator(mode="after")
     def _bounds(self) -> MySQLOptions:
         if self.min_pool_size > self.max_pool_size:
-            raise ValueError(
+            raise OptionConflict(
+                ("min_pool_size", "max_pool_size"),
                 f"min_pool_size ({self.min_pool_size}) is larger than "
-                f"max_pool_size ({self.max_pool_size})"
+                f"max_pool_size ({self.max_pool_size})",
             )
         if (self.ssl_cert is None) != (self.ssl_key is None):
-            raise ValueError("ssl_cert and ssl_key go together: give both or neither")
+            raise OptionConflict(
+                ("ssl_cert", "ssl_key"), "ssl_cert and ssl_key go together: give both or neither"
+            )
         return self
 
     @property

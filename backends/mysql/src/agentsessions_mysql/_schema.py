@@ -24,12 +24,17 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, fields
 from functools import lru_cache
+from typing import NamedTuple
+
+from agentsessions.backend import TOKENS_KEPT
 
 __all__ = [
     "LATEST_VERSION",
     "MIGRATIONS",
     "STATEMENTS",
+    "TOKEN_BYTES",
     "VERSION_TABLE",
+    "Guarded",
     "Statements",
     "in_list",
     "insert_events",
@@ -38,10 +43,25 @@ __all__ = [
     "migration_lock_name",
 ]
 
+
+class Guarded(NamedTuple):
+    """A DDL statement run only while *probe* (a ``count(*)``) finds 0: the idempotence
+    MySQL 8 cannot spell in the DDL itself (it has no ``ADD COLUMN IF NOT EXISTS``)."""
+
+    probe: str
+    ddl: str
+
+
+_FORK_COLUMNS_PROBE = (
+    "SELECT count(*) FROM information_schema.columns WHERE table_schema = DATABASE() "
+    "AND table_name = 'agentsessions_sessions' AND column_name = 'fork_source'"
+)
+
+
 # Each migration is a list of DDL statements, applied in order under the migration lock
-# (MySQL commits DDL implicitly, so each is idempotent: IF NOT EXISTS). Never edit a
-# released migration: append a new one.
-MIGRATIONS: dict[int, tuple[str, ...]] = {
+# (MySQL commits DDL implicitly, so each is idempotent: IF NOT EXISTS, or `Guarded`, a
+# single ALTER being atomic). Never edit a released migration: append a new one.
+MIGRATIONS: dict[int, tuple[str | Guarded, ...]] = {
     1: (
         """
         CREATE TABLE IF NOT EXISTS agentsessions_sessions (
@@ -83,6 +103,22 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4
         """,
     ),
+    # Branching: where a fork came from (SessionRecord.forked_from), all NULL for a
+    # session that is no fork; the index lists one session's forks, newest first. One
+    # ALTER: it lands whole or not at all, so the probe of its first column decides.
+    2: (
+        Guarded(
+            _FORK_COLUMNS_PROBE,
+            """
+            ALTER TABLE agentsessions_sessions
+                ADD COLUMN fork_source  VARBINARY(1020) NULL,
+                ADD COLUMN fork_version BIGINT NULL,
+                ADD COLUMN fork_event   VARBINARY(1020) NULL,
+                ADD KEY agentsessions_sessions_by_fork
+                    (namespace, fork_source, created_at, session_id)
+            """,
+        ),
+    ),
 }
 LATEST_VERSION = max(MIGRATIONS)
 
@@ -119,23 +155,35 @@ class Statements:
         "INSERT IGNORE INTO agentsessions_schema_version (version, applied_at) VALUES (%s, %s)"
     )
 
-    # -- create: ns, id, user, state, version, created, updated, expires, count, lineage --
+    # -- create: ns, id, user, state, version, created, updated, expires, count, lineage,
+    # the fork origin (source, version, cut event; NULL for a session that is no fork) --
     insert_session: str = """
         INSERT INTO agentsessions_sessions (namespace, session_id, user_id, state, version,
-            created_at, updated_at, expires_at, event_count, lineage)
-        VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+            created_at, updated_at, expires_at, event_count, lineage, fork_source,
+            fork_version, fork_event)
+        VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
     """
-    # ns, id: the row, locked, as a save, compaction or replacement reads it.
+    # ns, id: the row, locked, as a replacement reads it.
     lock_session: str = """
-        SELECT version, lineage, expires_at, first_position, save_tokens
+        SELECT version, lineage, expires_at, first_position
         FROM agentsessions_sessions WHERE namespace = %s AND session_id = %s FOR UPDATE
     """
-    # user, state, version, created, updated, expires, count, lineage, ns, id
+    # token, token, ns, id: the row, locked, as a save, compaction or rewind reads it.
+    # The stored tokens come back only when the request's token occurs in them (the
+    # caller then checks it is one of them): a save neither reads nor sends them, it
+    # prepends its token in the UPDATE ({_TOKENS_BYTES}: the last TOKENS_KEPT tokens).
+    lock_for_write: str = """
+        SELECT version, lineage, expires_at, first_position,
+               IF(%s <> '' AND LOCATE(%s, save_tokens) > 0, save_tokens, NULL)
+        FROM agentsessions_sessions WHERE namespace = %s AND session_id = %s FOR UPDATE
+    """
+    # user, state, version, created, updated, expires, count, lineage, fork source,
+    # fork version, fork event, ns, id
     replace_session: str = """
         UPDATE agentsessions_sessions
         SET user_id = %s, state = %s, version = %s, created_at = %s, updated_at = %s,
-            expires_at = %s, event_count = %s, lineage = %s, first_position = 0,
-            save_tokens = ''
+            expires_at = %s, event_count = %s, lineage = %s, fork_source = %s,
+            fork_version = %s, fork_event = %s, first_position = 0, save_tokens = ''
         WHERE namespace = %s AND session_id = %s
     """
     delete_events: str = "DELETE FROM agentsessions_events WHERE namespace = %s AND session_id = %s"
@@ -143,11 +191,11 @@ class Statements:
         "DELETE FROM agentsessions_archive WHERE namespace = %s AND session_id = %s"
     )
 
-    # -- save: state, version, updated, expires, count, tokens, lineage, ns, id --
+    # -- save: state, version, updated, expires, count, token, lineage, ns, id --
     update_saved: str = """
         UPDATE agentsessions_sessions
         SET state = %s, version = %s, updated_at = %s, expires_at = %s, event_count = %s,
-            save_tokens = %s, lineage = %s
+            save_tokens = LEFT(CONCAT(%s, save_tokens), {_TOKENS_BYTES}), lineage = %s
         WHERE namespace = %s AND session_id = %s
     """
     # ns, id, first stored position to delete
@@ -155,11 +203,12 @@ class Statements:
         DELETE FROM agentsessions_events
         WHERE namespace = %s AND session_id = %s AND position >= %s
     """
-    # -- compaction: version, updated, expires, count, tokens, first position, lineage --
+    # -- compaction: version, updated, expires, count, token, first position, lineage --
     update_compacted: str = """
         UPDATE agentsessions_sessions
         SET version = %s, updated_at = %s, expires_at = %s, event_count = %s,
-            save_tokens = %s, first_position = %s, lineage = %s
+            save_tokens = LEFT(CONCAT(%s, save_tokens), {_TOKENS_BYTES}),
+            first_position = %s, lineage = %s
         WHERE namespace = %s AND session_id = %s
     """
     # ns, id, end (exclusive) of the replaced stored positions
@@ -173,6 +222,45 @@ class Statements:
         SELECT namespace, session_id, %s, position - %s, data FROM agentsessions_events
         WHERE namespace = %s AND session_id = %s AND position < %s
     """
+    # -- rewind: version, updated, expires, count, token, lineage, ns, id --
+    update_rewound: str = """
+        UPDATE agentsessions_sessions
+        SET version = %s, updated_at = %s, expires_at = %s, event_count = %s,
+            save_tokens = LEFT(CONCAT(%s, save_tokens), {_TOKENS_BYTES}), lineage = %s
+        WHERE namespace = %s AND session_id = %s
+    """
+    # version, first stored position (logical 0), ns, id, first dropped stored position
+    archive_tail: str = """
+        INSERT INTO agentsessions_archive (namespace, session_id, version, position, data)
+        SELECT namespace, session_id, %s, position - %s, data FROM agentsessions_events
+        WHERE namespace = %s AND session_id = %s AND position >= %s
+    """
+
+    # -- fork: one transaction, the source row share-locked so that no save of it lands
+    # in between; the events are copied row to row by the server --
+    # ns, id, now. LOCK IN SHARE MODE, not FOR SHARE: MariaDB has only the former.
+    fork_source: str = """
+        SELECT user_id, state, version, event_count, first_position
+        FROM agentsessions_sessions WHERE {_LIVE}
+        LOCK IN SHARE MODE
+    """
+    # ns, source id, the cut event's id (bytes). The event is a binary string, which
+    # MySQL's JSON functions refuse, hence the CONVERT; the id is compared as bytes
+    # (exact, no collation, no padding).
+    find_event: str = """
+        SELECT position FROM agentsessions_events
+        WHERE namespace = %s AND session_id = %s
+          AND CAST(JSON_UNQUOTE(JSON_EXTRACT(CONVERT(data USING utf8mb4), '$.id'))
+                   AS BINARY) = %s
+        ORDER BY position LIMIT 1
+    """
+    # new id, the source's first position, ns, source id, end (exclusive) of the copy
+    copy_events: str = """
+        INSERT INTO agentsessions_events (namespace, session_id, position, data)
+        SELECT namespace, %s, position - %s, data FROM agentsessions_events
+        WHERE namespace = %s AND session_id = %s AND position < %s
+    """
+
     # ns, id, now
     load_archive: str = """
         SELECT a.data FROM agentsessions_archive a
@@ -187,7 +275,7 @@ class Statements:
     # ns, id, now
     load_record: str = """
         SELECT session_id, user_id, state, version, created_at, updated_at, expires_at,
-               event_count, lineage
+               event_count, lineage, fork_source, fork_version, fork_event
         FROM agentsessions_sessions WHERE {_LIVE}
     """
     # ns, id
@@ -232,17 +320,24 @@ class Statements:
     """
 
 
+#: A save token's length (`agentsessions.backend` makes them 32 hex characters).
+TOKEN_BYTES = 32
+
+
 def _filled() -> Statements:
-    """The statements with the shared fragments in place of their ``{...}`` marks."""
+    """The statements with the shared fragments in place of their ``{...}`` marks, and
+    their runs of white space made single spaces (fewer bytes to send and parse; no
+    statement holds a literal with white space in it)."""
     marks = {
         "{_LIVE}": _LIVE,
+        "{_TOKENS_BYTES}": str(TOKENS_KEPT * TOKEN_BYTES),
     }
     filled = {}
     for field in fields(Statements):
         text = getattr(Statements, field.name)
         for mark, fragment in marks.items():
             text = text.replace(mark, fragment)
-        filled[field.name] = text
+        filled[field.name] = " ".join(text.split())
     return Statements(**filled)
 
 
@@ -271,19 +366,24 @@ def insert_events(count: int) -> str:
 
 
 @lru_cache(maxsize=16)
-def list_statement(*, by_user: bool, paged: bool) -> str:
-    """A listing page, newest first, in index order (keyset pagination).
+def list_statement(*, by_user: bool, paged: bool, forks: bool = False) -> str:
+    """A listing page, newest first, in index order (keyset pagination); with *forks*,
+    of one session's forks.
 
-    Parameters: ns, now [, user] [, cursor created_at twice and session_id], limit.
-    The row comparison is spelt out: MySQL does not use an index for ``(a, b) < (x, y)``.
+    Parameters: ns, now [, fork source] [, user] [, cursor created_at twice and
+    session_id], limit. The row comparison is spelt out: MySQL does not use an index
+    for ``(a, b) < (x, y)``.
     """
     where = ["namespace = %s", "(expires_at IS NULL OR expires_at > %s)"]
+    if forks:
+        where.append("fork_source = %s")
     if by_user:
         where.append("user_id = %s")
     if paged:
         where.append("(created_at < %s OR (created_at = %s AND session_id < %s))")
     return (
-        "SELECT session_id, user_id, created_at, updated_at, event_count, version "
+        "SELECT session_id, user_id, created_at, updated_at, event_count, version, "
+        "fork_source, fork_version, fork_event "
         "FROM agentsessions_sessions WHERE "
         + " AND ".join(where)
         + " ORDER BY created_at DESC, session_id DESC LIMIT %s"

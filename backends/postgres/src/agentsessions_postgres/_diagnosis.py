@@ -7,16 +7,17 @@ from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-from agentsessions.backend import Finding, clock_skew, finding, schema_version
+from agentsessions.backend import Finding, clock_skew, encryption_at_rest, finding, schema_version
 
 from ._schema import LATEST_VERSION, quote_ident, statements
 
 __all__ = [
     "OLDEST_MAINTAINED",
-    "SETTINGS",
     "POOLING_ROUNDS",
+    "SETTINGS",
     "diagnose",
     "durability",
+    "encryption",
     "pgbouncer",
     "pool_size",
     "pooling_seen",
@@ -276,3 +277,14 @@ async def diagnose(
     if open_connection is not None:
         out.append(pgbouncer(pgbouncer_option, *await pooling_seen(open_connection)))
     return out
+
+
+def encryption(client_side: bool) -> Finding:
+    """``postgres.encryption_at_rest``: the engine does not encrypt its files; the client can."""
+    return encryption_at_rest(
+        "postgres.encryption_at_rest",
+        client_side,
+        False,
+        "PostgreSQL does not encrypt its files (it has no encryption at rest of its "
+        "own): whether its disk is encrypted cannot be read from the server",
+    )

@@ -258,7 +258,7 @@ class PostgresSessionManager(SessionManager):
             )
 
         async with self._connection() as connection:
-            return await _diagnosis.diagnose(
+            found = await _diagnosis.diagnose(
                 connection,
                 opts.schema,
                 hosts,
@@ -266,6 +266,7 @@ class PostgresSessionManager(SessionManager):
                 opts.pgbouncer,
                 open_connection,
             )
+        return [*found, _diagnosis.encryption(self.encryption is not None)]
 
     @asynccontextmanager
     async def _connection(

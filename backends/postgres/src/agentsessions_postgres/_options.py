@@ -8,11 +8,12 @@ from agentsessions import InvalidOptionError
 from agentsessions.backend import (
     MAX_POOL_SIZE,
     ManagerOptions,
+    OptionConflict,
     PoolSize,
     Timeout,
     parse_server_url,
 )
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 __all__ = ["DRIVER_QUERY_PARAMS", "PostgresOptions", "check_url"]
 
@@ -81,15 +82,21 @@ with warnings.catch_warnings():
             "named prepared statements, no startup parameters",
         )
 
+        @field_validator("schema")
+        @classmethod
+        def _not_reserved(cls, schema: str) -> str:
+            if schema.startswith("pg_"):
+                raise ValueError("names starting with pg_ are reserved")
+            return schema
+
         @model_validator(mode="after")
         def _pool_bounds(self) -> PostgresOptions:
             if self.min_pool_size > self.max_pool_size:
-                raise ValueError(
+                raise OptionConflict(
+                    ("min_pool_size", "max_pool_size"),
                     f"min_pool_size ({self.min_pool_size}) is larger than "
-                    f"max_pool_size ({self.max_pool_size})"
+                    f"max_pool_size ({self.max_pool_size})",
                 )
-            if self.schema.startswith("pg_"):
-                raise ValueError(f"schema {self.schema!r}: names starting with pg_ are reserved")
             return self
 
 

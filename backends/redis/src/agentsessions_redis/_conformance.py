@@ -39,7 +39,7 @@ async def _keys(manager: RedisSessionManager, prefix: str) -> list[bytes]:
 
 
 async def redis_inventory(manager: SessionManager, session_id: str) -> Inventory:
-    """The session's hash and event list, and every key or index entry naming it."""
+    """The session's hash and event list, and every other key or index entry naming it."""
     from agentsessions_conformance import Inventory
 
     from ._keys import split_global_member
@@ -56,8 +56,10 @@ async def redis_inventory(manager: SessionManager, session_id: str) -> Inventory
     archived = int(await client.llen(keys.archive))
     other: list[str] = []
     base = keys.hash.removesuffix(":h")
+    # The token ring belongs to a stored session; without one it is a leftover.
+    own = (keys.hash, keys.events, keys.archive) + ((keys.tokens,) if records else ())
     for key in await _keys(manager, base):
-        if key.decode() not in (keys.hash, keys.events, keys.archive):
+        if key.decode() not in own:
             other.append(f"key {key!r}")
     wanted = session_id.encode()
     for member in await client.zrange(manager.keys.index, 0, -1):

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-from agentsessions.backend import Finding, clock_skew, finding
+from agentsessions.backend import Finding, clock_skew, encryption_at_rest, finding
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
@@ -17,6 +17,7 @@ __all__ = [
     "SETTINGS",
     "cluster_findings",
     "diagnose",
+    "encryption",
     "eviction",
     "persistence",
     "replication",
@@ -364,3 +365,14 @@ async def diagnose(
     findings += cluster_findings(_info(await first("CLUSTER", "INFO")), replicas_of)
     findings.append(await _skew(first))
     return findings
+
+
+def encryption(client_side: bool) -> Finding:
+    """``redis.encryption_at_rest``: the engine does not encrypt its files; the client can."""
+    return encryption_at_rest(
+        "redis.encryption_at_rest",
+        client_side,
+        False,
+        "Redis does not encrypt its RDB snapshots and AOF files (it has no "
+        "encryption at rest): whether its disk is encrypted cannot be read from it",
+    )

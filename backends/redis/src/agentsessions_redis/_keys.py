@@ -1,16 +1,18 @@
 """Key layout: where one namespace's sessions and listing indexes live.
 
 Every key starts with ``agentsessions:<namespace>:`` (namespaces are ``[A-Za-z0-9_]*``,
-so the prefix never holds a brace or a colon of its own). A session's two keys share
+so the prefix never holds a brace or a colon of its own). A session's keys share
 the hash tag ``{<id as base64url>}``:
 
 * ``agentsessions:<ns>:{<tag>}:h``: a hash with the record (and the real id),
 * ``agentsessions:<ns>:{<tag>}:e``: a list with the events' JSON texts, in order,
 * ``agentsessions:<ns>:{<tag>}:a``: a list with what compactions archived (absent
-  unless a compaction was asked to archive).
+  unless a compaction was asked to archive),
+* ``agentsessions:<ns>:{<tag>}:t``: the tokens of the latest saves, compactions and
+  rewinds, a string of fixed slots (absent until the first of them; see `_scripts`).
 
 base64url is injective and its alphabet (``A-Za-z0-9-_``) has no brace, so any id
-(braces, colons, ``*``, newlines...) gives a distinct, well-formed tag, and both keys
+(braces, colons, ``*``, newlines...) gives a distinct, well-formed tag, and all keys
 of a session hash to one cluster slot: a script can touch them atomically.
 
 Listing indexes are sorted sets scored by ``created_at`` in microseconds (exact in a
@@ -46,7 +48,9 @@ def _tag(value: str) -> str:
 @functools.lru_cache(maxsize=4096)  # every call on a session computes its keys
 def _session_keys(prefix: str, session_id: str) -> SessionKeys:
     base = f"{prefix}{{{_tag(session_id)}}}"
-    return SessionKeys(hash=f"{base}:h", events=f"{base}:e", archive=f"{base}:a")
+    return SessionKeys(
+        hash=f"{base}:h", events=f"{base}:e", archive=f"{base}:a", tokens=f"{base}:t"
+    )
 
 
 def global_member(session_id: str, user_id: str | None) -> bytes:
@@ -64,6 +68,12 @@ class SessionKeys:
     hash: str
     events: str
     archive: str
+    tokens: str
+
+    @property
+    def every(self) -> list[str]:
+        """Every key of the session, in the order the scripts take them (KEYS[1..4])."""
+        return [self.hash, self.events, self.archive, self.tokens]
 
 
 @dataclass(frozen=True, slots=True)

@@ -303,7 +303,8 @@ class RedisSessionManager(SessionManager):
         )
 
     async def _diagnose(self, now: datetime) -> list[Finding]:
-        return await _diagnosis.diagnose(self.client, self.options.ttl, self.options.wait_replicas)
+        found = await _diagnosis.diagnose(self.client, self.options.ttl, self.options.wait_replicas)
+        return [*found, _diagnosis.encryption(self.encryption is not None)]
 
     # -- one session --------------------------------------------------------------------
 
@@ -343,7 +344,7 @@ class RedisSessionManager(SessionManager):
         args.extend(event.data for event in events)
         if not self.cluster:
             index_keys = [self.keys.index] + ([user_index] if user_index else [])
-            script_keys = [keys.hash, keys.events, keys.archive, *index_keys]
+            script_keys = [*keys.every, *index_keys]
             result = await self._write(
                 self._link.create, script_keys, args, lambda r: bool(r[0] == 1)
             )
@@ -365,7 +366,7 @@ class RedisSessionManager(SessionManager):
         added = await asyncio.gather(
             *(client.zadd(e.index, {e.member: e.score}, nx=True) for e in entries)
         )
-        result = await self._link.create([keys.hash, keys.events, keys.archive], args)
+        result = await self._link.create(keys.every, args)
         if result[0] == 1:
             # NX kept an older entry's score, and a concurrent reader may have dropped
             # ours while the session did not exist yet: set the final score now.
@@ -399,6 +400,7 @@ class RedisSessionManager(SessionManager):
             new.archive,
             self.keys.index,
             self.keys.fork_index(source_id),
+            new.tokens,
         ]
         args: list[Any] = [
             to_micros(now),
@@ -451,9 +453,7 @@ class RedisSessionManager(SessionManager):
             request.lineage,
             request.expected_lineage,
         ]
-        result = await self._write(
-            self._link.rewind, [keys.hash, keys.events, keys.archive], args, lambda r: r == 1
-        )
+        result = await self._write(self._link.rewind, keys.every, args, lambda r: r == 1)
         if result != 1:
             raise refused(request, live=result != 0)
 
@@ -546,6 +546,9 @@ class RedisSessionManager(SessionManager):
     async def _save(self, request: SaveRequest, now: datetime) -> None:
         record = request.record
         keys = self.keys.session(record.session_id)
+        expected_lineage = request.expected_lineage
+        # The script derives the rest: the event count (keep plus the new events), the
+        # PEXPIREAT from expires_at, and the lineage when it is the expected one.
         args: list[Any] = [
             to_micros(now),
             request.expected_version,
@@ -554,15 +557,12 @@ class RedisSessionManager(SessionManager):
             record.state,
             record.version,
             to_micros(record.updated_at),
-            *_expiry_args(record.expires_at),
-            record.event_count,
-            record.lineage,
-            request.expected_lineage,
+            "" if record.expires_at is None else to_micros(record.expires_at),
+            "" if record.lineage == expected_lineage else record.lineage,
+            expected_lineage,
         ]
         args.extend(event.data for event in request.new_events)
-        result = await self._write(
-            self._link.save, [keys.hash, keys.events, keys.archive], args, lambda r: bool(r == 1)
-        )
+        result = await self._write(self._link.save, keys.every, args, lambda r: bool(r == 1))
         if result != 1:
             raise refused(request, live=result != 0)
 
@@ -582,9 +582,7 @@ class RedisSessionManager(SessionManager):
             request.expected_lineage,
         ]
         args.extend(event.data for event in request.new_events)
-        result = await self._write(
-            self._link.compact, [keys.hash, keys.events, keys.archive], args, lambda r: r == 1
-        )
+        result = await self._write(self._link.compact, keys.every, args, lambda r: r == 1)
         if result != 1:
             raise refused(request, live=result != 0)
 
@@ -606,7 +604,7 @@ class RedisSessionManager(SessionManager):
         -2 kept (owned by another user, or live in 'expired' mode).
         """
         keys = self.keys.session(session_id)
-        script_keys = [keys.hash, keys.events, keys.archive]
+        script_keys = keys.every
         if not self.cluster:
             script_keys.append(self.keys.index)
         result = await self._write(

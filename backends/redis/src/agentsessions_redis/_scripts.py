@@ -2,14 +2,24 @@
 
 Every script reads and checks everything before its first write, because Redis does
 not roll a script back when a command in it fails. Scripts touch only the keys passed
-in KEYS, except the standalone-only index upkeep (KEYS[4] given), where the session's
+in KEYS, except the standalone-only index upkeep (KEYS[5] given), where the session's
 user index is named by the session hash itself; that branch never runs in a cluster.
 
-Writes carry a random token stored in the hash: a retry of a write that already
-landed (redis-py retries after a dropped connection, or the caller saves again after
-an ambiguous failure) is recognised and reported as done instead of as a conflict, so
-a save is never applied twice. A create stores its token in ``t``; each save prepends
-its own, and ``t`` keeps the latest `TOKENS_KEPT`, 32 hex characters each.
+Writes carry a random token: a retry of a write that already landed (redis-py retries
+after a dropped connection, or the caller saves again after an ambiguous failure) is
+recognised and reported as done instead of as a conflict, so a save is never applied
+twice. The hash's ``t`` holds the latest write's token. Saves, compactions and rewinds
+also keep theirs in the session's token ring (``:t``, a string of `TOKENS_KEPT` slots
+of 32 characters): the write that makes version *v* puts its token in slot *v* mod
+`TOKENS_KEPT` with one ``SETRANGE``, so the ring holds exactly the tokens of the
+latest `TOKENS_KEPT` of them without the script reading it. It is read only when the
+stored version is not the one the request expects: a token is kept only with the
+version its write made, versions only grow, and a new life of the id starts with no
+ring, so a request whose expected version still matches cannot have landed.
+
+A release before the ring kept every token in ``t`` (newest first, 32 characters
+each); such a ``t`` is searched too, and moved into the ring by the session's next
+write (`_TOKENS`).
 """
 
 from __future__ import annotations
@@ -81,7 +91,8 @@ end
 return {cjson.encode(rec), redis.call('LRANGE', KEYS[2], start, -1)}
 """
 
-# KEYS: hash, events, archive [, global index [, user index]] (indexes: standalone only).
+# KEYS: hash, events, archive, tokens [, global index [, user index]] (indexes:
+#       standalone only).
 # ARGV: now, token, id, user ('' = none), state, created, expires (''), pexpireat (''),
 #       global index member, user index key, version, updated, event count, lineage,
 #       fork source, fork version, fork cut event, fork index key ('' each: no fork),
@@ -93,9 +104,9 @@ local cur = redis.call('HMGET', KEYS[1], 't', 'x', 'c', 'u', 'uk', 'fk')
 if cur[1] then
   if cur[1] == ARGV[2] then return {1} end
   if not cur[2] or tonumber(cur[2]) > tonumber(ARGV[1]) then return {0, cur[3]} end
-  redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
-  if KEYS[4] then
-    redis.call('ZREM', KEYS[4], ARGV[3] .. '\\0' .. (cur[4] or ''))
+  redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
+  if KEYS[5] then
+    redis.call('ZREM', KEYS[5], ARGV[3] .. '\\0' .. (cur[4] or ''))
     if cur[5] then redis.call('ZREM', cur[5], ARGV[3]) end
     if cur[6] then redis.call('ZREM', cur[6], ARGV[3]) end
   end
@@ -130,36 +141,62 @@ if ARGV[8] ~= '' then
   redis.call('PEXPIREAT', KEYS[1], ARGV[8])
   if last >= 19 then redis.call('PEXPIREAT', KEYS[2], ARGV[8]) end
 end
-if KEYS[4] then
-  redis.call('ZADD', KEYS[4], ARGV[6], ARGV[9])
-  if KEYS[5] then redis.call('ZADD', KEYS[5], ARGV[6], ARGV[3]) end
+if KEYS[5] then
+  redis.call('ZADD', KEYS[5], ARGV[6], ARGV[9])
+  if KEYS[6] then redis.call('ZADD', KEYS[6], ARGV[6], ARGV[3]) end
   if ARGV[18] ~= '' then redis.call('ZADD', ARGV[18], ARGV[6], ARGV[3]) end
 end
 return {1}
 """
 
-# KEYS: hash, events, archive. ARGV: now, expected version, token, keep, state, version,
-#       updated, expires (''), pexpireat (''), event count, lineage, expected lineage
-#       ('' skips its check), new event texts...
-# Returns 1 saved (or saved before: the token is stored), 0 absent or expired, -1
-# version conflict, or a copy of an earlier life of the id: the expected version but
-# another lineage (nothing written).
-SAVE = """
-local cur = redis.call('HMGET', KEYS[1], 't', 'v', 'x', 'n', 'l')
-if not cur[1] then return 0 end
-local tokens = cur[1]
-if #tokens % 32 ~= 0 then tokens = '' end
--- One plain substring search (C) instead of a Lua loop over the kept tokens; a hit
--- counts only at a token boundary (hex tokens could match across two neighbours).
-local at = #ARGV[3] == 32 and string.find(tokens, ARGV[3], 1, true)
-while at do
-  if at % 32 == 1 then return 1 end
-  at = string.find(tokens, ARGV[3], at + 1, true)
+# What SAVE, COMPACT and REWIND share. seen(text, token): whether *text* holds *token*
+# at a token boundary (one plain substring search, in C; hex tokens could match across
+# two neighbours). keep_token(...): the token into its version's ring slot; a ``t``
+# longer than one token was written by a release before the ring (newest first, the
+# i-th with the stored version minus i): its latest tokens move into the ring first,
+# once, so a retry of a save made before the upgrade is still recognised.
+_TOKENS = """local function seen(text, token)
+  if not text or #token ~= 32 then return false end
+  local at = string.find(text, token, 1, true)
+  while at do
+    if at % 32 == 1 then return true end
+    at = string.find(text, token, at + 1, true)
+  end
+  return false
 end
-tokens = ARGV[3] .. string.sub(tokens, 1, {keep_chars})
-if cur[3] and tonumber(cur[3]) <= tonumber(ARGV[1]) then return 0 end
-if cur[2] ~= ARGV[2] then return -1 end
-if ARGV[12] ~= '' and cur[5] ~= ARGV[12] .. ':' .. ARGV[2] then return -1 end
+local function landed(old, token)
+  return seen(old, token) or seen(redis.call('GET', KEYS[4]), token)
+end
+local function keep_token(old, stored, version, token)
+  if #old > 32 and #old % 32 == 0 then
+    stored = tonumber(stored)
+    for i = 0, math.min(#old / 32, {kept} - 1) - 1 do
+      redis.call('SETRANGE', KEYS[4], ((stored - i) % {kept}) * 32,
+                 string.sub(old, i * 32 + 1, i * 32 + 32))
+    end
+  end
+  redis.call('SETRANGE', KEYS[4], (tonumber(version) % {kept}) * 32, token)
+end
+""".replace("{kept}", str(TOKENS_KEPT))
+
+# KEYS: hash, events, archive, tokens. ARGV: now, expected version, token, keep, state,
+#       version, updated, expires (''), lineage ('': the expected one), expected lineage
+#       ('' skips its check), new event texts...
+# Returns 1 saved (or saved before: its token is kept), 0 absent or expired, -1 version
+# conflict, or a copy of an earlier life of the id: the expected version but another
+# lineage (nothing written).
+SAVE = (
+    _TOKENS
+    + """local cur = redis.call('HMGET', KEYS[1], 't', 'v', 'x', 'n', 'l')
+if not cur[1] then return 0 end
+local expired = cur[3] and tonumber(cur[3]) <= tonumber(ARGV[1])
+if cur[2] ~= ARGV[2] or (ARGV[10] ~= '' and cur[5] ~= ARGV[10] .. ':' .. ARGV[2]) then
+  if landed(cur[1], ARGV[3]) then return 1 end
+  if expired then return 0 end
+  return -1
+end
+if expired then return 0 end
+keep_token(cur[1], cur[2], ARGV[6], ARGV[3])
 local keep = tonumber(ARGV[4])
 -- 'n' is the length of the events list (every script writes both together).
 local stored = cur[4] and tonumber(cur[4]) or redis.call('LLEN', KEYS[2])
@@ -170,22 +207,28 @@ if keep < stored then
     redis.call('LTRIM', KEYS[2], 0, keep - 1)
   end
 end
-local first, last = 13, #ARGV
+local first, last = 11, #ARGV
 while first <= last do
   -- unpack() is bounded by the Lua C stack: push in slices.
   local stop = math.min(first + 999, last)
   redis.call('RPUSH', KEYS[2], unpack(ARGV, first, stop))
   first = stop + 1
 end
+local lineage = ARGV[9]
+if lineage == '' then lineage = ARGV[10] end
+local count = keep + #ARGV - 10
 if ARGV[8] ~= '' then
-  redis.call('HSET', KEYS[1], 's', ARGV[5], 'v', ARGV[6], 'm', ARGV[7], 'n', ARGV[10],
-             't', tokens, 'l', ARGV[11] .. ':' .. ARGV[6], 'x', ARGV[8])
-  redis.call('PEXPIREAT', KEYS[1], ARGV[9])
-  redis.call('PEXPIREAT', KEYS[2], ARGV[9])
-  redis.call('PEXPIREAT', KEYS[3], ARGV[9])
+  -- PEXPIREAT takes milliseconds: expires_at rounded up (exact in a double).
+  local at = string.format('%.0f', math.floor((tonumber(ARGV[8]) + 999) / 1000))
+  redis.call('HSET', KEYS[1], 's', ARGV[5], 'v', ARGV[6], 'm', ARGV[7], 'n', count,
+             't', ARGV[3], 'l', lineage .. ':' .. ARGV[6], 'x', ARGV[8])
+  redis.call('PEXPIREAT', KEYS[1], at)
+  redis.call('PEXPIREAT', KEYS[2], at)
+  redis.call('PEXPIREAT', KEYS[3], at)
+  redis.call('PEXPIREAT', KEYS[4], at)
 else
-  redis.call('HSET', KEYS[1], 's', ARGV[5], 'v', ARGV[6], 'm', ARGV[7], 'n', ARGV[10],
-             't', tokens, 'l', ARGV[11] .. ':' .. ARGV[6])
+  redis.call('HSET', KEYS[1], 's', ARGV[5], 'v', ARGV[6], 'm', ARGV[7], 'n', count,
+             't', ARGV[3], 'l', lineage .. ':' .. ARGV[6])
   if cur[3] then
     -- Keys carry a TTL only while the hash holds 'x' (every script sets both
     -- together), so a session saved without ttl before has nothing to persist.
@@ -193,48 +236,56 @@ else
     redis.call('PERSIST', KEYS[1])
     redis.call('PERSIST', KEYS[2])
     redis.call('PERSIST', KEYS[3])
+    redis.call('PERSIST', KEYS[4])
   end
 end
 return 1
-""".replace("{keep_chars}", str(32 * (TOKENS_KEPT - 1)))
+"""
+)
 
-# What COMPACT and REWIND share (ARGV: now, expected version, token, ..., expires,
-# pexpireat at 7 and 8): the token check (a token already kept means the write landed:
-# 1), expiry (0) and the version check (-1) before writing; after it, the session's
-# expiry set on, or taken off, all three keys together, and the answer 1.
+# What COMPACT and REWIND share (ARGV: now, expected version, token, ..., new version at
+# 5, expires and pexpireat at 7 and 8): the checks before writing, as SAVE's (a token
+# already kept means the write landed: 1; expired 0; another version -1), and the
+# token kept; after the write, the session's expiry set on, or taken off, all four
+# keys together, and the answer 1. *lineage* is the script's expected-lineage check.
 _GUARD = """if not cur[1] then return 0 end
-local tokens = cur[1]
-if #tokens % 32 ~= 0 then tokens = '' end
-for i = 1, #tokens, 32 do
-  if string.sub(tokens, i, i + 31) == ARGV[3] then return 1 end
+local expired = cur[3] and tonumber(cur[3]) <= tonumber(ARGV[1])
+if cur[2] ~= ARGV[2] or not lineage_ok then
+  if landed(cur[1], ARGV[3]) then return 1 end
+  if expired then return 0 end
+  return -1
 end
-tokens = ARGV[3] .. string.sub(tokens, 1, {keep_chars})
-if cur[3] and tonumber(cur[3]) <= tonumber(ARGV[1]) then return 0 end
-if cur[2] ~= ARGV[2] then return -1 end
-""".replace("{keep_chars}", str(32 * (TOKENS_KEPT - 1)))
+if expired then return 0 end
+keep_token(cur[1], cur[2], ARGV[5], ARGV[3])
+"""
 _EXPIRE = """if ARGV[7] ~= '' then
   redis.call('HSET', KEYS[1], 'x', ARGV[7])
   redis.call('PEXPIREAT', KEYS[1], ARGV[8])
   redis.call('PEXPIREAT', KEYS[2], ARGV[8])
   redis.call('PEXPIREAT', KEYS[3], ARGV[8])
+  redis.call('PEXPIREAT', KEYS[4], ARGV[8])
 else
   redis.call('HDEL', KEYS[1], 'x')
   redis.call('PERSIST', KEYS[1])
   redis.call('PERSIST', KEYS[2])
   redis.call('PERSIST', KEYS[3])
+  redis.call('PERSIST', KEYS[4])
 end
 return 1
 """
 
-# KEYS: hash, events, archive. ARGV: now, expected version, token, replaced, version,
+# KEYS: hash, events, archive, tokens. ARGV: now, expected version, token, replaced,
+#       version,
 #       updated, expires (''), pexpireat (''), event count, archive ('1' or ''),
 #       lineage, expected lineage ('' skips its check), new event texts...
 # Returns as SAVE. The replaced head is trimmed off (LTRIM is O(removed)) after being
 # copied, server-side, to the archive list when asked; the new events go in front.
-COMPACT = """
+COMPACT = (
+    _TOKENS
+    + """
 local cur = redis.call('HMGET', KEYS[1], 't', 'v', 'x', 'l')
-{guard}if ARGV[12] ~= '' and cur[4] ~= ARGV[12] .. ':' .. ARGV[2] then return -1 end
-local replaced = tonumber(ARGV[4])
+local lineage_ok = ARGV[12] == '' or cur[4] == ARGV[12] .. ':' .. ARGV[2]
+{guard}local replaced = tonumber(ARGV[4])
 if ARGV[10] == '1' then
   for first = 0, replaced - 1, 1000 do
     local head = redis.call('LRANGE', KEYS[2], first, math.min(first + 999, replaced - 1))
@@ -255,9 +306,10 @@ while last >= 13 do
   redis.call('LPUSH', KEYS[2], unpack(slice))
   last = first - 1
 end
-redis.call('HSET', KEYS[1], 'v', ARGV[5], 'm', ARGV[6], 'n', ARGV[9], 't', tokens,
+redis.call('HSET', KEYS[1], 'v', ARGV[5], 'm', ARGV[6], 'n', ARGV[9], 't', ARGV[3],
            'l', ARGV[11] .. ':' .. ARGV[5])
 {expire}""".replace("{guard}", _GUARD).replace("{expire}", _EXPIRE)
+)
 
 # KEYS: hash, archive. ARGV: now. The archived event texts of a live session, or {}.
 ARCHIVED = """
@@ -267,7 +319,7 @@ if cur[2] and tonumber(cur[2]) <= tonumber(ARGV[1]) then return {} end
 return redis.call('LRANGE', KEYS[2], 0, -1)
 """
 
-# KEYS: hash, events, archive [, global index] (standalone only).
+# KEYS: hash, events, archive, tokens [, global index] (standalone only).
 # ARGV: now, mode ('any', 'user': only if owned by ARGV[3], 'expired': only if expired).
 # Returns {1 deleted live | 0 deleted expired | -1 absent | -2 kept, user, created,
 # fork index key (false: no fork)}.
@@ -278,9 +330,9 @@ local live = (not cur[4]) or tonumber(cur[4]) > tonumber(ARGV[1])
 if (ARGV[2] == 'user' and cur[2] ~= ARGV[3]) or (ARGV[2] == 'expired' and live) then
   return {-2, cur[2], cur[3]}
 end
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
-if KEYS[4] then
-  redis.call('ZREM', KEYS[4], cur[1] .. '\\0' .. (cur[2] or ''))
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
+if KEYS[5] then
+  redis.call('ZREM', KEYS[5], cur[1] .. '\\0' .. (cur[2] or ''))
   if cur[5] then redis.call('ZREM', cur[5], cur[1]) end
   if cur[6] then redis.call('ZREM', cur[6], cur[1]) end
 end
@@ -300,8 +352,8 @@ return 1
 """
 
 # KEYS: source hash, source events, new hash, new events, new archive, global index,
-#       fork index (standalone only: the two sessions' keys sit in two slots, which a
-#       cluster cannot script together; it forks by copy instead). The owner's user
+#       fork index, new tokens (standalone only: the two sessions' keys sit in two slots,
+#       which a cluster cannot script together; it forks by copy instead). The owner's user
 #       index is the one the source's hash names (``uk``), as DELETE's.
 # ARGV: now, token, new id, owner check ('' = none), state ('' with ARGV[12] = '1':
 #       the source's), created, expires (''), pexpireat (''), lineage, cut event's
@@ -333,7 +385,7 @@ end
 local cur = redis.call('HMGET', KEYS[3], 'id', 'x', 'u', 'uk', 'fk')
 if cur[1] then
   if not cur[2] or tonumber(cur[2]) > now then return {-4} end
-  redis.call('DEL', KEYS[3], KEYS[4], KEYS[5])
+  redis.call('DEL', KEYS[3], KEYS[4], KEYS[5], KEYS[8])
   redis.call('ZREM', KEYS[6], ARGV[3] .. '\\0' .. (cur[3] or ''))
   if cur[4] then redis.call('ZREM', cur[4], ARGV[3]) end
   if cur[5] then redis.call('ZREM', cur[5], ARGV[3]) end
@@ -364,15 +416,17 @@ if src[7] then redis.call('ZADD', src[7], ARGV[6], ARGV[3]) end
 return {1, src[2] or false, src[4], count, state}
 """
 
-# KEYS: hash, events, archive. ARGV: now, expected version, token, keep, version,
+# KEYS: hash, events, archive, tokens. ARGV: now, expected version, token, keep, version,
 #       updated, expires (''), pexpireat (''), archive ('1' or ''), lineage, expected
 #       lineage ('' skips its check).
 # Returns as SAVE. The tail past ``keep`` is copied to the archive list when asked,
 # then trimmed off (LTRIM is O(removed)).
-REWIND = """
+REWIND = (
+    _TOKENS
+    + """
 local cur = redis.call('HMGET', KEYS[1], 't', 'v', 'x', 'l', 'n')
-{guard}if ARGV[11] ~= '' and cur[4] ~= ARGV[11] .. ':' .. ARGV[2] then return -1 end
-local keep = tonumber(ARGV[4])
+local lineage_ok = ARGV[11] == '' or cur[4] == ARGV[11] .. ':' .. ARGV[2]
+{guard}local keep = tonumber(ARGV[4])
 local stored = cur[5] and tonumber(cur[5]) or redis.call('LLEN', KEYS[2])
 if ARGV[9] == '1' then
   for first = keep, stored - 1, 1000 do
@@ -385,6 +439,7 @@ if keep == 0 then
 elseif keep < stored then
   redis.call('LTRIM', KEYS[2], 0, keep - 1)
 end
-redis.call('HSET', KEYS[1], 'v', ARGV[5], 'm', ARGV[6], 'n', keep, 't', tokens,
+redis.call('HSET', KEYS[1], 'v', ARGV[5], 'm', ARGV[6], 'n', keep, 't', ARGV[3],
            'l', ARGV[10] .. ':' .. ARGV[5])
 {expire}""".replace("{guard}", _GUARD).replace("{expire}", _EXPIRE)
+)

@@ -9,7 +9,7 @@ import sqlite3
 import stat
 from pathlib import Path
 
-from agentsessions.backend import Finding, Severity, finding, schema_version
+from agentsessions.backend import Finding, Severity, encryption_at_rest, finding, schema_version
 
 from ._schema import SCHEMA_VERSION, stored_version
 
@@ -17,6 +17,7 @@ __all__ = [
     "NETWORK_FILESYSTEMS",
     "diagnose_file",
     "disk_space",
+    "encryption",
     "filesystem",
     "filesystem_of",
     "journal_mode",
@@ -197,3 +198,14 @@ def diagnose_file(path: str, mode: str, level: int, stored: int) -> list[Finding
     out.append(disk_space(usage.free, usage.total, os.path.dirname(real)))
     out.append(permissions(os.stat(real).st_mode, path))
     return out
+
+
+def encryption(client_side: bool) -> Finding:
+    """``sqlite.encryption_at_rest``: the engine does not encrypt its files; the client can."""
+    return encryption_at_rest(
+        "sqlite.encryption_at_rest",
+        client_side,
+        False,
+        "SQLite does not encrypt the database file nor its -wal file: whether the "
+        "disk under them is encrypted is not checked",
+    )

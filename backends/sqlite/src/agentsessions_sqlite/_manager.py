@@ -529,7 +529,8 @@ class SQLiteSessionManager(SessionManager):
                 )
             ]
         mode, level, stored = await self._writer.call(_diagnosis.pragmas)
-        return _diagnosis.diagnose_file(self.path, mode, level, stored)
+        found = _diagnosis.diagnose_file(self.path, mode, level, stored)
+        return [*found, _diagnosis.encryption(self.encryption is not None)]
 
     # -- hooks ----------------------------------------------------------------------------
 

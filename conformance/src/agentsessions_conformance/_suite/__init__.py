@@ -29,9 +29,13 @@ from ._tests_loops import LoopTests
 from ._tests_lost_replies import LostReplyTests
 from ._tests_misuse import MisuseFuzzTests, MisuseTests
 from ._tests_model import ModelTests
+from ._tests_newops_namespaces import NewOpsNamespaceTests
+from ._tests_newops_races import NewOpsRaceTests
+from ._tests_newops_ttl import NewOpsExpiryTests
 from ._tests_refresh import RefreshTests
 from ._tests_restore import RestoreTests
 from ._tests_save import SaveTests
+from ._tests_save_tokens import SaveTokenTests
 from ._tests_ttl import TtlTests
 from ._tests_update import UpdateTests
 from ._tests_wire import WireFaultTests
@@ -56,7 +60,11 @@ class SessionManagerTests(
     ErrorMappingTests,
     WireFaultTests,
     FileLockTests,
+    SaveTokenTests,
     LostReplyTests,
+    NewOpsRaceTests,
+    NewOpsNamespaceTests,
+    NewOpsExpiryTests,
     CompactionTests,
     BranchingTests,
     RestoreTests,

@@ -31,8 +31,10 @@ class ModelTests(SuiteBase):
     async def test_state_machine_agrees_with_the_reference(self, manager: SessionManager) -> None:
         """Random sequences of every operation (create, get and tail reads, get_or_create,
         saves of fresh and stale copies, update, delete, delete_user, paged listing,
-        purge_expired, the clock passing the ttl), through two managers when shared, give
-        the results, errors, sessions and listings of the reference memory backend."""
+        purge_expired, compact, fork, rewind, restore, writes whose replies or requests
+        are lost and then retried or re-read, the clock passing the ttl), through two
+        managers when shared, give the results, errors, sessions, archives and listings
+        of the reference memory backend."""
         self.require(manager, "namespaces")  # a store of its own: the id pool is fixed
         ttl: dict[str, Any] = {"ttl": 100.0} if manager.capabilities.ttl else {}
 

@@ -1,0 +1,160 @@
+"""Save tokens: the window of recognised retries is the session's own last `TOKENS_KEPT`
+writes, and compactions and restores whose replies were lost landed exactly once.
+
+`SaveRequest`: "keep the tokens of at least the last TOKENS_KEPT saves of the session,
+and check them FIRST"; `CompactRequest` stores its token "like a save's". The kit loses
+replies at the manager's own write hooks (`lost_replies`), so this runs on any backend.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+from agentsessions import (
+    BackendUnavailableError,
+    Event,
+    Session,
+    SessionConflictError,
+    SessionExistsError,
+    SessionManager,
+)
+from agentsessions.backend import TOKENS_KEPT
+
+from .._faults import lost_replies
+from ._base import SuiteBase, snapshot
+from ._tests_restore import _exported
+
+
+def _summary(text: str) -> Event:
+    return Event(author="summarizer", content={"summary": text})
+
+
+class SaveTokenTests(SuiteBase):
+    async def _neighbours(
+        self, manager: SessionManager, session_id: str
+    ) -> list[tuple[SessionManager, Session]]:
+        """Sessions other writes go to meanwhile: another id in the namespace and, with
+        namespaces, the same id in a fresh one."""
+        others = [(manager, await manager.create(self.new_id()))]
+        if manager.capabilities.namespaces:
+            elsewhere = await self.variant(manager, namespace=self.new_namespace())
+            others.append((elsewhere, await elsewhere.create(session_id)))
+        return others
+
+    async def _lose_one_save(self, manager: SessionManager, session: Session, text: str) -> None:
+        session.add_event("user", text)
+        with lost_replies(manager, "_save"), pytest.raises(BackendUnavailableError):
+            await manager.save(session)
+
+    async def test_save_token_window_is_the_sessions_last_writes(
+        self, manager: SessionManager
+    ) -> None:
+        """A save whose reply was lost, retried after TOKENS_KEPT - 1 later writes of the
+        same session (saves and, where supported, compactions: "keep the tokens of at
+        least the last TOKENS_KEPT saves of the session"), is recognised: it succeeds and
+        writes nothing, however many writes other sessions (in its namespace and the
+        same id in another) took meanwhile. Retried after more, it is recognised or a
+        conflict, and never lands twice."""
+        session = await self.session_with_events(manager, 1)
+        sid = session.session_id
+        neighbours = await self._neighbours(manager, sid)
+        compaction = manager.capabilities.compaction
+        for later, text in ((TOKENS_KEPT - 1, "mine"), (TOKENS_KEPT + 4, "mine again")):
+            mine = await manager.get(sid)
+            assert mine is not None
+            landed_at = mine.version + 1
+            await self._lose_one_save(manager, mine, text)
+            landed = await self.readback(manager, sid)
+            assert landed is not None and landed.version == landed_at
+            assert [e.content for e in landed.events].count(text) == 1, (
+                "the save whose reply was lost did not land once"
+            )
+            rival = await manager.get(sid, last_events=2)
+            assert rival is not None
+            for index in range(later):
+                if compaction and index % 8 == 7:
+                    await manager.compact(rival, rival.events[0].id, [_summary(f"c{index}")])
+                else:
+                    rival.add_event("rival", f"r{index}")
+                    await manager.save(rival)
+                for space, other in neighbours:
+                    other.add_event("other", index)
+                    await space.save(other)
+            stored = await self.readback(manager, sid)
+            assert stored is not None
+            before = snapshot(stored)
+            if later < TOKENS_KEPT:
+                await manager.save(mine)  # recognised: the very request, token and all
+                assert mine.version == landed_at
+            else:
+                # Past the window: recognised, or refused as stale; either writes nothing.
+                with contextlib.suppress(SessionConflictError):
+                    await manager.save(mine)
+            assert snapshot(await self.readback(manager, sid)) == before, (
+                f"the retry of a save that landed {later} writes earlier was written again"
+            )
+            await self.check_positions(manager, sid, len(stored.events))
+
+    async def test_lost_reply_compaction_lands_once(self, manager: SessionManager) -> None:
+        """A compaction whose reply was lost raises BackendUnavailableError and landed
+        once ("all of it, or nothing"): re-read, the session holds the compacted history
+        one version on and the archive the replaced events once; compact() again from the
+        same copy raises SessionConflictError and writes nothing."""
+        self.require(manager, "compaction")
+        session = await self.session_with_events(manager, 8)
+        sid, version = session.session_id, session.version
+        replaced = session.events[:3]
+        cut = session.events[2].id
+        with lost_replies(manager, "_compact") as faults, pytest.raises(BackendUnavailableError):
+            await manager.compact(session, cut, [_summary("s")], archive=True)
+        assert faults.lost == 1
+        stored = await self.readback(manager, sid)
+        assert stored is not None and stored.version == version + 1
+        assert [e.content for e in stored.events] == [
+            {"summary": "s"},
+            *[f"e{index}" for index in range(3, 8)],
+        ]
+        assert await manager.archived_events(sid) == replaced
+        before = snapshot(stored)
+        with pytest.raises(SessionConflictError):
+            await manager.compact(session, session.events[2].id, [_summary("s")], archive=True)
+        assert snapshot(await self.readback(manager, sid)) == before
+        assert await manager.archived_events(sid) == replaced, "the archive took them twice"
+        assert (await self.inventory(manager, sid)).archived == 3
+        await self.check_positions(manager, sid, 6)
+
+    async def test_lost_request_compaction_retry_lands(self, manager: SessionManager) -> None:
+        """A compaction lost before it reached the backend wrote nothing; compact() again
+        from the same copy lands it, once."""
+        self.require(manager, "compaction")
+        session = await self.session_with_events(manager, 5)
+        before = snapshot(await self.readback(manager, session.session_id))
+        with lost_replies(manager, "_compact", landed=False):
+            with pytest.raises(BackendUnavailableError):
+                await manager.compact(session, session.events[1].id, [_summary("s")])
+            assert snapshot(await self.readback(manager, session.session_id)) == before
+            await manager.compact(session, session.events[1].id, [_summary("s")])
+        stored = await self.readback(manager, session.session_id)
+        assert snapshot(stored) == snapshot(session)
+        await self.check_positions(manager, session.session_id, 4)
+
+    async def test_lost_reply_restore_lands_once(self, manager: SessionManager) -> None:
+        """A restore whose reply was lost landed once: it reads back exactly as exported,
+        and restore() again raises SessionExistsError ("never overwrites") and writes
+        nothing; one lost before it was sent wrote nothing, and restore() again lands it."""
+        original = _exported(self.new_id(), self.new_user(), events=5)
+        with lost_replies(manager, "_restore"), pytest.raises(BackendUnavailableError):
+            await manager.restore(original)
+        assert snapshot(await self.readback(manager, original.session_id)) == snapshot(original)
+        with pytest.raises(SessionExistsError):
+            await manager.restore(original)
+        assert snapshot(await self.readback(manager, original.session_id)) == snapshot(original)
+        await self.check_positions(manager, original.session_id, 5)
+        unsent = _exported(self.new_id(), self.new_user(), events=2)
+        with lost_replies(manager, "_restore", landed=False):
+            with pytest.raises(BackendUnavailableError):
+                await manager.restore(unsent)
+            assert await self.readback(manager, unsent.session_id) is None
+            await manager.restore(unsent)
+        assert snapshot(await self.readback(manager, unsent.session_id)) == snapshot(unsent)
