@@ -115,14 +115,6 @@ STORAGE_CLAUSES = (
 )
 
 
-#: What URL mode derives from the URL alone, beyond the storage clauses: the fault proxy's
-#: rewritten URL (wire and lost-reply clauses) and the error-mapping URLs. A short run
-#: for a deployment too slow to run the whole kit twice in CI (SecantusDB).
-URL_DERIVED_CLAUSES = (
-    f"{STORAGE_CLAUSES} or wire_ or lost_repl or lost_request or wrong_password or missing_database"
-)
-
-
 def assert_url_mode_green(run: Run, least: int) -> None:
     """No clause failed, at least *least* passed, and the storage clauses really ran."""
     assert run.report is not None, run.output[-3000:]
