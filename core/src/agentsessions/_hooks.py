@@ -84,6 +84,7 @@ HELPERS = (
     "_remaining",
     "_unavailable",
     "_timed_out",
+    "_locked_out",
     "_translate",
     "_quietly",
     "_expiry",
