@@ -358,7 +358,6 @@ class MySQLSessionManager(SessionManager):
     # -- the contract -------------------------------------------------------------------
 
     def _row(self, record: SessionRecord) -> tuple[Any, ...]:
-        expires = None if record.expires_at is None else to_micros(record.expires_at)
         fork_source, fork_version, fork_event = fork_fields(record)
         return (
             self._ns,
@@ -368,7 +367,7 @@ class MySQLSessionManager(SessionManager):
             record.version,
             to_micros(record.created_at),
             to_micros(record.updated_at),
-            expires,
+            _micros(record.expires_at),
             record.event_count,
             record.lineage,
             _bytes(fork_source),
@@ -492,6 +491,20 @@ class MySQLSessionManager(SessionManager):
         async with self._connection() as connection:
             return await snapshot_sets(connection, sql, args)
 
+    async def _rewrite(
+        self,
+        request: SaveRequest | CompactRequest | RewindRequest,
+        now: datetime,
+        write: Callable[[Batch, tuple[bytes, bytes], int, bytes], Awaitable[None]],
+    ) -> None:
+        """Run *write* (batch, key, first position, token) in one batched transaction
+        holding the session row's lock, unless the token shows the write landed before."""
+        key = (self._ns, request.session_id.encode())
+        async with self._connection() as connection, self._batched(connection) as tx:
+            locked = await self._locked(tx, key, request, now)
+            if locked is not None:
+                await write(tx, key, *locked)
+
     async def _locked(
         self,
         tx: Batch,
@@ -521,20 +534,15 @@ class MySQLSessionManager(SessionManager):
     @_write
     async def _save(self, request: SaveRequest, now: datetime) -> None:
         record = request.record
-        key = (self._ns, record.session_id.encode())
-        expires = None if record.expires_at is None else to_micros(record.expires_at)
-        async with self._connection() as connection, self._batched(connection) as tx:
-            locked = await self._locked(tx, key, request, now)
-            if locked is None:
-                return
-            first, token = locked
+
+        async def write(tx: Batch, key: tuple[bytes, bytes], first: int, token: bytes) -> None:
             await tx.execute(
                 STATEMENTS.update_saved,
                 (
                     record.state,
                     record.version,
                     to_micros(record.updated_at),
-                    expires,
+                    _micros(record.expires_at),
                     record.event_count,
                     token,
                     record.lineage,
@@ -547,15 +555,11 @@ class MySQLSessionManager(SessionManager):
                 texts = [event.data for event in request.new_events]
                 await self._insert(tx.execute, key, first + request.keep, texts)
 
+        await self._rewrite(request, now, write)
+
     @_write
     async def _compact(self, request: CompactRequest, now: datetime) -> None:
-        key = (self._ns, request.session_id.encode())
-        expires = None if request.expires_at is None else to_micros(request.expires_at)
-        async with self._connection() as connection, self._batched(connection) as tx:
-            locked = await self._locked(tx, key, request, now)
-            if locked is None:
-                return
-            first, token = locked
+        async def write(tx: Batch, key: tuple[bytes, bytes], first: int, token: bytes) -> None:
             cut = first + request.replaced  # the first stored position that stays
             new_first = cut - len(request.new_events)
             if request.archive:
@@ -572,7 +576,7 @@ class MySQLSessionManager(SessionManager):
                 (
                     request.version,
                     to_micros(request.updated_at),
-                    expires,
+                    _micros(request.expires_at),
                     request.event_count,
                     token,
                     new_first,
@@ -580,6 +584,8 @@ class MySQLSessionManager(SessionManager):
                     *key,
                 ),
             )
+
+        await self._rewrite(request, now, write)
 
     @_write
     async def _fork(self, request: ForkRequest, now: datetime) -> SessionRecord:
@@ -635,13 +641,7 @@ class MySQLSessionManager(SessionManager):
 
     @_write
     async def _rewind(self, request: RewindRequest, now: datetime) -> None:
-        key = (self._ns, request.session_id.encode())
-        expires = None if request.expires_at is None else to_micros(request.expires_at)
-        async with self._connection() as connection, self._batched(connection) as tx:
-            locked = await self._locked(tx, key, request, now)
-            if locked is None:
-                return
-            first, token = locked
+        async def write(tx: Batch, key: tuple[bytes, bytes], first: int, token: bytes) -> None:
             cut = first + request.keep  # the first stored position dropped
             if request.archive:
                 await tx.execute(
@@ -653,13 +653,15 @@ class MySQLSessionManager(SessionManager):
                 (
                     request.version,
                     to_micros(request.updated_at),
-                    expires,
+                    _micros(request.expires_at),
                     request.event_count,
                     token,
                     request.lineage,
                     *key,
                 ),
             )
+
+        await self._rewrite(request, now, write)
 
     async def _list_forks(
         self,
@@ -751,6 +753,10 @@ class MySQLSessionManager(SessionManager):
             purged += len(rows)
             if len(rows) < PURGE_BATCH:
                 return purged
+
+
+def _micros(at: datetime | None) -> int | None:
+    return None if at is None else to_micros(at)
 
 
 def _expired(expires_at: int | None, now: datetime) -> bool:
