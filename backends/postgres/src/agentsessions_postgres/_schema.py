@@ -381,23 +381,24 @@ class Statements:
         {custom_plans_only}
     """
 
-    # The same four loads in a form whose plan does not depend on the values: the key
-    # and the clock come through one-row subqueries, and the events are matched on the
-    # session row's columns. PostgreSQL's plan cache keeps a statement's generic plan
-    # only when it costs no more than the custom plans it has made so far; with the
-    # values in sight, a fresh session's custom plan looks cheaper, so the plain
-    # statements are planned again at every call, and planning costs more than running
-    # them. These are planned once per connection. A plan made on the statistics of a
-    # near-empty table scans it whole until the next ANALYZE, so the manager sends these
-    # only once the tables' statistics are past `SOUND_STATISTICS` rows (see
-    # `statistics_sound`).
+    # The same four loads in a form whose plan does not depend on the values: the events
+    # are matched on the session row's columns (a unique key lookup, one row whatever the
+    # values) and last N's limit comes through a one-row subquery. PostgreSQL's plan
+    # cache keeps a statement's generic plan only when it costs no more than the custom
+    # plans it has made so far; with the id in sight, a custom plan prices a session
+    # missing from the statistics' common values at fewer events than the generic plan's
+    # average, so the plain statements are planned again at every call, and planning
+    # costs more than running them. These are planned once per connection. A plan made
+    # on the statistics of a near-empty table scans it whole until the next ANALYZE, so
+    # the manager sends these only once the tables' statistics count `SOUND_STATISTICS`
+    # rows (see `statistics_sound`).
     generic_load_record: str = """
         SELECT o.session_id, o.user_id, o.state, o.version, o.created_at, o.updated_at,
                o.expires_at, o.event_count, o.lineage, o.fork_source, o.fork_version,
                o.fork_event, NULL::text[] AS events
         FROM {s}.agentsessions_sessions o
-        WHERE o.namespace = (SELECT $1::text) AND o.session_id = (SELECT $2::text)
-          AND (o.expires_at IS NULL OR o.expires_at > (SELECT $3::timestamptz))
+        WHERE o.namespace = $1 AND o.session_id = $2
+          AND (o.expires_at IS NULL OR o.expires_at > $3)
     """
     generic_load_all: str = """
         SELECT o.session_id, o.user_id, o.state, o.version, o.created_at, o.updated_at,
@@ -407,8 +408,8 @@ class Statements:
                      WHERE e.namespace = o.namespace AND e.session_id = o.session_id
                      ORDER BY e.position) AS events
         FROM {s}.agentsessions_sessions o
-        WHERE o.namespace = (SELECT $1::text) AND o.session_id = (SELECT $2::text)
-          AND (o.expires_at IS NULL OR o.expires_at > (SELECT $3::timestamptz))
+        WHERE o.namespace = $1 AND o.session_id = $2
+          AND (o.expires_at IS NULL OR o.expires_at > $3)
     """
     generic_load_since: str = """
         SELECT o.session_id, o.user_id, o.state, o.version, o.created_at, o.updated_at,
@@ -421,8 +422,8 @@ class Statements:
                                                 THEN $4 ELSE 0 END
                      ORDER BY e.position) AS events
         FROM {s}.agentsessions_sessions o
-        WHERE o.namespace = (SELECT $1::text) AND o.session_id = (SELECT $2::text)
-          AND (o.expires_at IS NULL OR o.expires_at > (SELECT $3::timestamptz))
+        WHERE o.namespace = $1 AND o.session_id = $2
+          AND (o.expires_at IS NULL OR o.expires_at > $3)
     """
     generic_load_last: str = """
         SELECT o.session_id, o.user_id, o.state, o.version, o.created_at, o.updated_at,
@@ -434,8 +435,8 @@ class Statements:
                            ORDER BY e.position DESC LIMIT (SELECT $4::bigint)) w
                      ORDER BY w.position) AS events
         FROM {s}.agentsessions_sessions o
-        WHERE o.namespace = (SELECT $1::text) AND o.session_id = (SELECT $2::text)
-          AND (o.expires_at IS NULL OR o.expires_at > (SELECT $3::timestamptz))
+        WHERE o.namespace = $1 AND o.session_id = $2
+          AND (o.expires_at IS NULL OR o.expires_at > $3)
     """
 
     # True once both tables' statistics count at least $1 rows: a plan made then reads
