@@ -26,7 +26,12 @@ from agentsessions import (
 )
 from agentsessions_postgres import PostgresOptions, PostgresSessionManager
 from agentsessions_postgres import _manager as manager_module
-from agentsessions_postgres._schema import LATEST_VERSION, quote_ident, statements
+from agentsessions_postgres._schema import (
+    LATEST_VERSION,
+    SOUND_STATISTICS,
+    quote_ident,
+    statements,
+)
 from agentsessions_testservers import free_port
 
 pytestmark = pytest.mark.postgres
@@ -275,6 +280,85 @@ async def test_load_and_save_are_one_statement_each(schema_url: str) -> None:
         loaded = await manager.get("rt")
         assert loaded is not None
         assert [event.content for event in loaded.events] == ["hello", "edited"]
+
+
+async def _plan_counts(manager: PostgresSessionManager) -> dict[str, tuple[int, int]]:
+    """The load statements prepared on the manager's one connection: text -> (generic
+    plans used, custom plans made)."""
+    async with manager._pool.acquire() as connection:
+        rows = await connection.fetch(
+            "SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements"
+        )
+    sql = manager._sql
+    loads = {
+        sql.load_all, sql.load_record, sql.load_last, sql.load_since,
+        sql.generic_load_all, sql.generic_load_record, sql.generic_load_last,
+        sql.generic_load_since,
+    }  # fmt: skip
+    return {row[0]: (row[1], row[2]) for row in rows if row[0] in loads}
+
+
+async def _load_often(manager: PostgresSessionManager, session_id: str) -> None:
+    for _ in range(8):  # past the five custom plans PostgreSQL makes before judging
+        for last_events in (None, 0, 3):
+            assert await manager.get(session_id, last_events=last_events) is not None
+        await manager._load_since(session_id, 0, "", datetime.now(timezone.utc))
+
+
+async def test_loads_on_a_new_store_are_planned_at_every_call(
+    schema_url: str, admin: asyncpg.Connection[Any], schema: str
+) -> None:
+    """A plan kept by a connection of a new store would be made on near-empty tables
+    (here analyzed empty) and scan them whole once they have grown: the plain loads
+    are planned at every call instead, each time on the tables as they are."""
+    async with pg(schema_url, min_pool_size=1, max_pool_size=1) as manager:
+        await manager.create("new")
+        await admin.execute(f"ANALYZE {quote_ident(schema)}.agentsessions_sessions")
+        await admin.execute(f"ANALYZE {quote_ident(schema)}.agentsessions_events")
+        await _load_often(manager, "new")
+        counts = await _plan_counts(manager)
+        sql = manager._sql
+        assert set(counts) == {sql.load_all, sql.load_record, sql.load_last, sql.load_since}
+        assert all(generic == 0 and custom == 8 for generic, custom in counts.values())
+
+
+async def test_loads_keep_one_plan_per_connection_once_statistics_are_sound(
+    schema_url: str, admin: asyncpg.Connection[Any], schema: str
+) -> None:
+    table = f"{quote_ident(schema)}.agentsessions"
+    async with pg(schema_url) as manager:
+        await manager.create("warm")
+    await admin.execute(
+        f"INSERT INTO {table}_sessions (namespace, session_id, state, version, event_count,"
+        " created_at, updated_at) SELECT 'other', 's' || g, '{}', 1, 1, now(), now()"
+        f" FROM generate_series(1, {SOUND_STATISTICS}) g"
+    )
+    await admin.execute(
+        f"INSERT INTO {table}_events SELECT 'other', 's' || g, 0, '{{}}'"
+        f" FROM generate_series(1, {SOUND_STATISTICS}) g"
+    )
+    await admin.execute(f"ANALYZE {table}_sessions")
+    await admin.execute(f"ANALYZE {table}_events")
+    async with pg(schema_url, min_pool_size=1, max_pool_size=1) as manager:
+        await _load_often(manager, "warm")
+        counts = await _plan_counts(manager)
+        sql = manager._sql
+        generic = {
+            sql.generic_load_all, sql.generic_load_record, sql.generic_load_last,
+            sql.generic_load_since,
+        }  # fmt: skip
+        assert set(counts) == generic
+        # five custom plans, then the generic one, kept
+        assert all(counts[text] == (3, 5) for text in generic)
+        async with manager._pool.acquire() as connection:
+            name = await connection.fetchval(
+                "SELECT name FROM pg_prepared_statements WHERE statement = $1",
+                sql.generic_load_all,
+            )
+            plan = await connection.fetch(f"EXPLAIN EXECUTE {name}('', 'warm', now())")
+    text = "\n".join(row[0] for row in plan)
+    assert "agentsessions_sessions_pkey" in text and "agentsessions_events_pkey" in text
+    assert "Seq Scan" not in text
 
 
 async def test_stale_save_changes_nothing(

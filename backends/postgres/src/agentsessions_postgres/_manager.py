@@ -24,6 +24,7 @@ migrated before it is used.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager, suppress
 from datetime import datetime
@@ -69,6 +70,7 @@ from ._options import DRIVER_QUERY_PARAMS, PostgresOptions, check_url
 from ._schema import (
     LATEST_VERSION,
     OTHER_LIFE,
+    SOUND_STATISTICS,
     compact_statement,
     list_forks_statement,
     list_statement,
@@ -134,6 +136,9 @@ _ABANDONED = (
 # Expired sessions are deleted this many per transaction, so a purge holds few row
 # locks at a time and never stalls normal traffic for long.
 PURGE_BATCH = 500
+# While the tables' statistics are too thin for plans kept per connection, the loads
+# are sent in their plain form and the statistics read again after this many seconds.
+_STATISTICS_RECHECK = 30.0
 # A save statement that cannot tell whether it lost a race is run again (see
 # `save_statement`); a race needs a concurrent commit, so a few runs settle it.
 _SAVE_ATTEMPTS = 8
@@ -189,6 +194,9 @@ class PostgresSessionManager(SessionManager):
         check_url(url)  # a malformed URL fails at connect(), not at first use
         self._ns = self.options.namespace
         self._sql = statements(self.options.schema)
+        # Whether the loads go in their generic form (see `_generic_loads`).
+        self._generic = False
+        self._statistics_due = 0.0
         # asyncpg connections belong to the loop that opened them (using one from
         # another loop can crash the process), so each event loop gets its own pool.
         self._pools = self.per_loop(
@@ -236,9 +244,14 @@ class PostgresSessionManager(SessionManager):
     async def _prepare(self, pool: asyncpg.Pool[Any]) -> None:
         # The schema is checked by every connection as it opens (init=_migrate); this
         # makes one even with min_pool_size=0, so that open() fails on a schema it
-        # cannot use.
-        async with self._connection(pool):
-            pass
+        # cannot use. It also reads the tables' statistics once (see `_generic_loads`).
+        async with self._connection(pool) as connection:
+            if not self._generic:
+                self._statistics_due = time.monotonic() + _STATISTICS_RECHECK
+                found = await connection.fetchval(
+                    self._sql.statistics_sound, SOUND_STATISTICS, timeout=self._remaining()
+                )
+                self._generic = bool(found)
 
     async def _migrate(self, connection: _Connection) -> None:
         """Pool init: bring the schema to `LATEST_VERSION` (see `migrate`)."""
@@ -384,21 +397,48 @@ class PostgresSessionManager(SessionManager):
         self, session_id: str, last_events: int | None, now: datetime
     ) -> LoadedSession | None:
         sql = self._sql
+        generic = await self._generic_loads()
         if last_events is None:
-            rows = await self._read(sql.load_all, self._ns, session_id, now)
+            statement = sql.generic_load_all if generic else sql.load_all
+            rows = await self._read(statement, self._ns, session_id, now)
         elif last_events == 0:
-            rows = await self._read(sql.load_record, self._ns, session_id, now)
+            statement = sql.generic_load_record if generic else sql.load_record
+            rows = await self._read(statement, self._ns, session_id, now)
         else:
-            rows = await self._read(sql.load_last, self._ns, session_id, now, last_events)
+            statement = sql.generic_load_last if generic else sql.load_last
+            rows = await self._read(statement, self._ns, session_id, now, last_events)
         return _loaded(rows)
 
     async def _load_since(
         self, session_id: str, event_count: int, lineage: str, now: datetime
     ) -> LoadedSession | None:
-        rows = await self._read(
-            self._sql.load_since, self._ns, session_id, now, event_count, lineage
-        )
+        generic = await self._generic_loads()
+        statement = self._sql.generic_load_since if generic else self._sql.load_since
+        rows = await self._read(statement, self._ns, session_id, now, event_count, lineage)
         return _loaded(rows)
+
+    async def _generic_loads(self) -> bool:
+        """Whether to send the loads in the form planned once per connection.
+
+        Only once both tables' statistics count `SOUND_STATISTICS` rows: a plan made on
+        the statistics of a new, near-empty store would be kept by each connection and
+        scan the grown table at every load. Until then the plain form is planned at
+        every call, on the table as it is, and the statistics are read again every
+        `_STATISTICS_RECHECK` seconds (autovacuum or an ANALYZE refreshes them), so at
+        most one extra statement that often. Once past, for the manager's life: the
+        tables of a store in use do not shrink back to a few rows (an emptied table that
+        is analyzed again would have its loads planned on those statistics, as the saves
+        always are).
+        """
+        if self._generic:
+            return True
+        now = time.monotonic()
+        if now < self._statistics_due:
+            return False
+        self._statistics_due = now + _STATISTICS_RECHECK
+        rows = await self._read(self._sql.statistics_sound, SOUND_STATISTICS)
+        self._generic = bool(rows and rows[0][0])
+        return self._generic
 
     @_write
     async def _save(self, request: SaveRequest, now: datetime) -> None:

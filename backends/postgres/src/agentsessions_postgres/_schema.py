@@ -51,6 +51,7 @@ __all__ = [
     "LATEST_VERSION",
     "MIGRATIONS",
     "OTHER_LIFE",
+    "SOUND_STATISTICS",
     "Statements",
     "compact_statement",
     "list_forks_statement",
@@ -62,6 +63,13 @@ __all__ = [
     "save_statement",
     "statements",
 ]
+
+#: Rows both tables' statistics must count before the loads are sent in the form that
+#: is planned once per connection (`Statements.generic_load_all`). Below it, PostgreSQL
+#: prices a sequential scan, or a walk of the listing index, no dearer than the primary
+#: key; a plan made then and kept would read the whole table or namespace at every load
+#: once the table has grown, until an ANALYZE made a new one.
+SOUND_STATISTICS = 1000
 
 #: A save's or compaction's outcome when the stored version is the expected one and
 #: the lineage is not (see `save_statement`): never a version, which starts at 1.
@@ -237,6 +245,19 @@ def _check_not_newer(found: int, schema: str) -> None:
         raise SchemaTooNewError(found, LATEST_VERSION, f"schema {schema!r}")
 
 
+# Appended to the plain loads so that PostgreSQL plans them afresh at every call, on the
+# tables as they are. Its plan cache keeps a statement's generic plan (made once, with
+# the values unknown) when that costs no more than the custom plans made so far; on a
+# new store's near-empty tables it does, and the plan kept then scans the whole table,
+# or walks the namespace's listing index, at every load once the tables have grown,
+# until an ANALYZE. A custom plan knows $2 (the session id, never NULL), folds the
+# condition to true and plans nothing of it; the generic plan keeps the subquery, which
+# it prices at a hundred million rows, so it is never chosen.
+_CUSTOM_PLANS_ONLY = (
+    "AND ($2::text IS NOT NULL OR (SELECT count(*) FROM generate_series(1, 100000000)) >= 0)"
+)
+
+
 @dataclass(frozen=True)
 class Statements:
     """Every statement, schema-qualified. Fields hold templates until `statements` fills them."""
@@ -320,6 +341,7 @@ class Statements:
                NULL::text[] AS events
         FROM {s}.agentsessions_sessions
         WHERE namespace = $1 AND session_id = $2 AND (expires_at IS NULL OR expires_at > $3)
+        {custom_plans_only}
     """
     load_all: str = """
         SELECT session_id, user_id, state, version, created_at, updated_at, expires_at,
@@ -329,6 +351,7 @@ class Statements:
                      ORDER BY e.position) AS events
         FROM {s}.agentsessions_sessions
         WHERE namespace = $1 AND session_id = $2 AND (expires_at IS NULL OR expires_at > $3)
+        {custom_plans_only}
     """
     # $4 the caller's event count, $5 its lineage: the events after them while the
     # lineage is unchanged, else all of them (see SessionManager._load_since).
@@ -343,6 +366,7 @@ class Statements:
                      ORDER BY e.position) AS events
         FROM {s}.agentsessions_sessions
         WHERE namespace = $1 AND session_id = $2 AND (expires_at IS NULL OR expires_at > $3)
+        {custom_plans_only}
     """
     load_last: str = """
         SELECT session_id, user_id, state, version, created_at, updated_at, expires_at,
@@ -354,6 +378,73 @@ class Statements:
                      ORDER BY w.position) AS events
         FROM {s}.agentsessions_sessions
         WHERE namespace = $1 AND session_id = $2 AND (expires_at IS NULL OR expires_at > $3)
+        {custom_plans_only}
+    """
+
+    # The same four loads in a form whose plan does not depend on the values: the events
+    # are matched on the session row's columns (a unique key lookup, one row whatever the
+    # values) and last N's limit comes through a one-row subquery. PostgreSQL's plan
+    # cache keeps a statement's generic plan only when it costs no more than the custom
+    # plans it has made so far; with the id in sight, a custom plan prices a session
+    # missing from the statistics' common values at fewer events than the generic plan's
+    # average, so the plain statements are planned again at every call, and planning
+    # costs more than running them. These are planned once per connection. A plan made
+    # on the statistics of a near-empty table scans it whole until the next ANALYZE, so
+    # the manager sends these only once the tables' statistics count `SOUND_STATISTICS`
+    # rows (see `statistics_sound`).
+    generic_load_record: str = """
+        SELECT o.session_id, o.user_id, o.state, o.version, o.created_at, o.updated_at,
+               o.expires_at, o.event_count, o.lineage, o.fork_source, o.fork_version,
+               o.fork_event, NULL::text[] AS events
+        FROM {s}.agentsessions_sessions o
+        WHERE o.namespace = $1 AND o.session_id = $2
+          AND (o.expires_at IS NULL OR o.expires_at > $3)
+    """
+    generic_load_all: str = """
+        SELECT o.session_id, o.user_id, o.state, o.version, o.created_at, o.updated_at,
+               o.expires_at, o.event_count, o.lineage, o.fork_source, o.fork_version,
+               o.fork_event,
+               ARRAY(SELECT e.data::text FROM {s}.agentsessions_events e
+                     WHERE e.namespace = o.namespace AND e.session_id = o.session_id
+                     ORDER BY e.position) AS events
+        FROM {s}.agentsessions_sessions o
+        WHERE o.namespace = $1 AND o.session_id = $2
+          AND (o.expires_at IS NULL OR o.expires_at > $3)
+    """
+    generic_load_since: str = """
+        SELECT o.session_id, o.user_id, o.state, o.version, o.created_at, o.updated_at,
+               o.expires_at, o.event_count, o.lineage, o.fork_source, o.fork_version,
+               o.fork_event,
+               ARRAY(SELECT e.data::text FROM {s}.agentsessions_events e
+                     WHERE e.namespace = o.namespace AND e.session_id = o.session_id
+                       AND e.position >= o.first_position
+                                         + CASE WHEN o.lineage = $5 AND o.event_count >= $4
+                                                THEN $4 ELSE 0 END
+                     ORDER BY e.position) AS events
+        FROM {s}.agentsessions_sessions o
+        WHERE o.namespace = $1 AND o.session_id = $2
+          AND (o.expires_at IS NULL OR o.expires_at > $3)
+    """
+    generic_load_last: str = """
+        SELECT o.session_id, o.user_id, o.state, o.version, o.created_at, o.updated_at,
+               o.expires_at, o.event_count, o.lineage, o.fork_source, o.fork_version,
+               o.fork_event,
+               ARRAY(SELECT w.data::text
+                     FROM (SELECT e.position, e.data FROM {s}.agentsessions_events e
+                           WHERE e.namespace = o.namespace AND e.session_id = o.session_id
+                           ORDER BY e.position DESC LIMIT (SELECT $4::bigint)) w
+                     ORDER BY w.position) AS events
+        FROM {s}.agentsessions_sessions o
+        WHERE o.namespace = $1 AND o.session_id = $2
+          AND (o.expires_at IS NULL OR o.expires_at > $3)
+    """
+
+    # True once both tables' statistics count at least $1 rows: a plan made then reads
+    # one session by its primary key however large the tables grow.
+    statistics_sound: str = """
+        SELECT count(*) = 2 AND min(reltuples) >= $1 FROM pg_class
+        WHERE oid IN ('{s}.agentsessions_sessions'::regclass,
+                      '{s}.agentsessions_events'::regclass)
     """
 
     # -- fork: one transaction, the source row share-locked so that no save lands in
@@ -421,7 +512,9 @@ def statements(schema: str) -> Statements:
     """The statements with *schema* filled in (cached: many managers share a schema)."""
     quoted = quote_ident(schema)
     filled = {
-        field.name: getattr(Statements, field.name).replace("{s}", quoted)
+        field.name: getattr(Statements, field.name)
+        .replace("{s}", quoted)
+        .replace("{custom_plans_only}", _CUSTOM_PLANS_ONLY)
         for field in fields(Statements)
     }
     return Statements(**filled)
