@@ -384,6 +384,53 @@ async def test_add_items_after_get_items_saves_the_read_copy_without_loading_aga
     assert 0 in loads[1:]
 
 
+async def test_add_items_on_the_read_copy_keeps_the_stored_lineage(
+    manager: SessionManager,
+) -> None:
+    # The copy an append saves carries the lineage its read loaded: the append keeps
+    # the stored history's lineage (the one incremental reloads check) instead of
+    # writing it as unknown.
+    session = AgentSessionsSession("conv-lineage", manager)
+    await session.add_items(ITEM_SHAPES[:2])
+    now = manager.clock.now()
+    before = await manager._load("conv-lineage", 0, now)
+    assert before is not None and before.record.lineage
+    await session.get_items(limit=1)
+    await session.add_items(ITEM_SHAPES[2:3])
+    await session.add_items(ITEM_SHAPES[3:4])
+    after = await manager._load("conv-lineage", 0, manager.clock.now())
+    assert after is not None and after.record.lineage == before.record.lineage
+    assert await session.get_items() == ITEM_SHAPES[:4]
+
+
+async def test_an_encrypted_append_after_a_read_loads_nothing_more(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # With encryption a save of events it did not load needs the stored events'
+    # sealing shift; the copy a read leaves carries it, so the append is the save alone.
+    from agentsessions import connect
+    from agentsessions.encryption import Keyring
+
+    keyring = Keyring({"k": os.urandom(32)}, current="k")
+    async with connect(f"sqlite:///{tmp_path / 'sealed.db'}", encryption=keyring) as sealed:
+        session = AgentSessionsSession("conv-sealed", sealed)
+        await session.add_items(ITEM_SHAPES[:3])
+        loads: list[int | None] = []
+        load = sealed._load
+
+        async def counted(session_id: str, last_events: int | None, now: Any) -> Any:
+            loads.append(last_events)
+            return await load(session_id, last_events, now)
+
+        monkeypatch.setattr(sealed, "_load", counted)
+        assert await session.get_items(limit=2) == ITEM_SHAPES[1:3]
+        await session.add_items(ITEM_SHAPES[3:4])
+        await session.add_items(ITEM_SHAPES[4:5])
+        assert loads == [2]
+        monkeypatch.undo()
+        assert await AgentSessionsSession("conv-sealed", sealed).get_items() == ITEM_SHAPES[:5]
+
+
 async def test_concurrent_creation_by_add_items_loses_nothing(manager: SessionManager) -> None:
     batches = [[{"role": "user", "content": f"first write {n}"}] for n in range(5)]
     await asyncio.gather(

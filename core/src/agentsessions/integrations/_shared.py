@@ -23,8 +23,17 @@ T = TypeVar("T")
 
 async def finish_despite_cancellation(awaitable: Awaitable[T]) -> T:
     """Await *awaitable* to completion; a cancellation that arrived meanwhile is re-raised after."""
-    task = asyncio.ensure_future(awaitable)
+    # The work runs in a task of its own, which a cancellation of the caller does not
+    # reach. The caller waits on a bare future the work sets as it ends: the caller
+    # wakes on the next turn of the loop, where waiting on the task itself (with
+    # ``asyncio.wait``) takes one more turn, for its done-callback, on every write.
+    finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    task = asyncio.ensure_future(_signalling(awaitable, finished))
     cancelled: asyncio.CancelledError | None = None
+    try:
+        await finished
+    except asyncio.CancelledError as exc:
+        cancelled = exc  # the caller's cancellation: it cancelled `finished`, not the task
     while not task.done():
         try:
             await asyncio.wait({task})
@@ -37,3 +46,12 @@ async def finish_despite_cancellation(awaitable: Awaitable[T]) -> T:
             raise cancelled from task.exception()
         raise cancelled
     return task.result()
+
+
+async def _signalling(awaitable: Awaitable[T], finished: asyncio.Future[None]) -> T:
+    """*awaitable*'s outcome; *finished* is set as it ends, however it ends."""
+    try:
+        return await awaitable
+    finally:
+        if not finished.done():
+            finished.set_result(None)

@@ -66,7 +66,7 @@ from .. import _json
 from .._errors import InvalidInputError, SessionConflictError, SessionSerializationError
 from .._manager import DEFAULT_UPDATE_RETRIES, SessionManager, validate_id
 from .._models import Event, Session, new_event
-from .._tracking import event_contents, mark_loaded
+from .._tracking import event_contents, loaded_session
 from ._openai_agents_branches import MAIN_BRANCH, BranchError, Branches
 from ._shared import backoff, finish_despite_cancellation
 
@@ -136,10 +136,11 @@ class AgentSessionsSession(Branches):
             else coerce_session_settings(session_settings)
         )
         self.retries = retries
-        # The session as the last get_items loaded it, minus its events (the version
-        # and the position of the end): an add_items right after appends to it and
-        # saves, one round trip, instead of loading the session again. Taken out while
-        # a save uses it, so two concurrent calls never share it; a failure drops it.
+        # The session as the last get_items loaded it, minus its events (the version,
+        # the position of the end, the lineage and the sealing shift): an add_items
+        # right after appends to it and saves, one round trip, instead of loading the
+        # session again. Taken out while a save uses it, so two concurrent calls never
+        # share it; a failure drops it.
         self._held: Session | None = None
         # The branch read and written (`Branches`): main is session_id itself.
         self._branch = MAIN_BRANCH
@@ -408,16 +409,23 @@ class AgentSessionsSession(Branches):
 def _empty_copy(session: Session) -> Session:
     """*session* at its version with none of its events loaded, as ``get(last_events=0)``
     returns it: appending to it and saving writes after the stored events, and it keeps
-    no history alive."""
-    copy = Session.model_construct(
-        session_id=session.session_id,
-        user_id=session.user_id,
+    no history alive. It carries the load's lineage and sealing shift, so its save
+    checks and keeps the lineage as a save of the loaded session would, and needs no
+    read to learn the shift. Built as a load builds its sessions (one per turn): the
+    values come from a tracked session, checked when it was loaded or saved."""
+    loaded = session._loaded
+    fields = session.__dict__
+    return loaded_session(
+        session_id=fields["session_id"],
+        user_id=fields["user_id"],
         events=[],
-        state=session.state,
-        created_at=session.created_at,
-        updated_at=session.updated_at,
-        version=session.version,
-        forked_from=session.forked_from,
+        state=fields["state"],
+        created_at=fields["created_at"],
+        updated_at=fields["updated_at"],
+        version=fields["version"],
+        offset=loaded.offset + len(loaded.events),
+        partial=True,
+        lineage=loaded.lineage,
+        shift=loaded.shift,
+        forked_from=fields["forked_from"],
     )
-    mark_loaded(copy, offset=session.first_event_position + len(session.events), partial=True)
-    return copy
