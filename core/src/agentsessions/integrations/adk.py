@@ -69,8 +69,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import AsyncIterator, Coroutine
-from contextlib import asynccontextmanager
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, TypeVar
@@ -668,12 +667,12 @@ class AgentSessionsSessionService(BaseSessionService):
 
         return list(await asyncio.gather(*(bounded(read) for read in reads)))
 
-    @asynccontextmanager
-    async def _lock(self, key: str) -> AsyncIterator[None]:
+    def _lock(self, key: str) -> LoopLock:
+        """The lock of session *key*, for ``async with``: the statement holds the lock
+        object (and so keeps it in the weak table) until it is released."""
         with self._locks_mutex:
             lock = self._locks.get(key)
             if lock is None:
                 lock = LoopLock()
                 self._locks[key] = lock
-        async with lock:  # the local name keeps the lock alive while it is held
-            yield
+        return lock
