@@ -20,6 +20,7 @@ if os.environ.get("AGENTSESSIONS_REQUIRE_SERVERS") != "1":  # CI: a missing extr
     pytest.importorskip("google.adk", reason="needs the adk extra")
 
 from agentsessions import SessionManager, SessionSerializationError
+from agentsessions._tracking import LazyEvents
 from agentsessions.integrations.adk import AgentSessionsSessionService
 from google.adk.agents import LlmAgent
 from google.adk.apps import App
@@ -275,7 +276,13 @@ async def test_held_copies_go_with_their_sessions(manager: SessionManager) -> No
     loaded = await service.get_session(app_name="a", user_id="u", session_id="s")
     assert loaded is not None
     assert len(service._copies) == 2
-    del created, loaded
+    # An append through the held copy reads the newest id without decoding the history.
+    await service.append_event(loaded, state_event({}, text="two"))
+    held = service._copies.get(loaded)
+    assert held is not None
+    if isinstance(held.events, LazyEvents):
+        assert not held.events.decoded
+    del created, loaded, held
     gc.collect()
     assert len(service._copies) == 0
 

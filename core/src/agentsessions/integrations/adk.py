@@ -100,7 +100,7 @@ from .._errors import (
 from .._loops import LoopLock
 from .._manager import SessionManager
 from .._models import Event, Session
-from .._tracking import event_contents
+from .._tracking import event_contents, newest_event_id
 from ._held import HeldFor
 from ._shared import finish_despite_cancellation
 
@@ -556,22 +556,20 @@ class AgentSessionsSessionService(BaseSessionService):
     ) -> Session | None:
         record = _to_event(event)
         held = self._copies.get(session)
-        if held is not None:
-            newest = held.events[-1] if held.events else None
-            if (
-                session._storage_update_marker == _marker(held)
-                and (newest is None or newest.id != record.id)
-                and _scope_of(held, keys.session_identity(session.id)) is not None
-            ):
-                # The session is at the version of the copy held for it, so that copy is
-                # what a load would return now unless a save landed since; the save's own
-                # version check tells, and then the long way below decides (a stale
-                # session, or an event already stored).
-                self._copies.drop(session)  # changed below: never held half-saved
-                try:
-                    return await self._save_event(session, held, record, event, scopes, keys)
-                except SessionConflictError:
-                    pass
+        if held is not None and (
+            session._storage_update_marker == _marker(held)
+            and newest_event_id(held.events) != record.id
+            and _scope_of(held, keys.session_identity(session.id)) is not None
+        ):
+            # The session is at the version of the copy held for it, so that copy is
+            # what a load would return now unless a save landed since; the save's own
+            # version check tells, and then the long way below decides (a stale
+            # session, or an event already stored).
+            self._copies.drop(session)  # changed below: never held half-saved
+            try:
+                return await self._save_event(session, held, record, event, scopes, keys)
+            except SessionConflictError:
+                pass
         # One event is loaded: enough to know the version and to recognise a
         # re-delivery of the newest event, without reading the history.
         stored = await self.manager.get(keys.session(session.id), last_events=1)
