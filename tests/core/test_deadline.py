@@ -162,3 +162,45 @@ async def test_a_broad_exception_type_is_matched_only_where_the_driver_raised_it
     manager.fail = AttributeError("our own bug")  # raised here, not in the driver
     with pytest.raises(AttributeError):
         await manager.get("s")
+
+
+async def test_calls_on_one_loop_share_a_timer_and_each_keeps_its_own_deadline() -> None:
+    # One loop timer serves every call of the loop: a long call armed first must not
+    # delay a shorter one started after it, and calls that finish must not fire.
+    patient, hasty = slow(timeout=30), slow(timeout=0.2)
+    for manager in (patient, hasty):
+        await manager.create("s")
+        manager.hang = True
+    long_call = asyncio.create_task(patient.get("s"))
+    await asyncio.sleep(0.01)
+    start = time.monotonic()
+    with pytest.raises(BackendTimeoutError):
+        await hasty.get("s")
+    assert time.monotonic() - start < 2
+    assert not long_call.done()  # the shorter deadline expired only its own call
+    long_call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await long_call
+    hasty.hang = False
+    for _ in range(50):  # finished calls leave nothing behind to expire later
+        assert await hasty.get("s") is not None
+    await asyncio.sleep(0.3)
+    assert await hasty.get("s") is not None
+
+
+async def test_deadlines_hold_on_several_loops_at_once() -> None:
+    def run_one() -> str:
+        async def hanging() -> str:
+            manager = slow(timeout=0.2)
+            await manager.create("s")
+            manager.hang = True
+            try:
+                await manager.get("s")
+            except BackendTimeoutError as exc:
+                return exc.operation
+            return "no timeout"
+
+        return asyncio.run(hanging())
+
+    results = await asyncio.gather(*(asyncio.to_thread(run_one) for _ in range(3)))
+    assert results == ["get", "get", "get"]

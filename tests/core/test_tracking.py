@@ -363,6 +363,21 @@ async def test_an_event_add_event_made_is_still_refused_where_its_id_exists() ->
         await manager.save(reloaded)
 
 
+def test_unsent_events_dropped_unsaved_leave_no_entries_behind() -> None:
+    from agentsessions import _models
+
+    session = Session(session_id="s")
+    for _ in range(5_000):
+        session.add_event("user", "never saved")
+        session.events.clear()
+    # Entries of events gone are swept as the table grows: it stays near what is alive.
+    assert len(_models._unsent) <= 2 * _models._SWEEP_MIN
+    kept = session.add_event("user", "kept")
+    assert _models.all_unsent([kept])
+    assert not _models.all_unsent([kept.model_copy()])
+    assert not _models.all_unsent([kept, kept])
+
+
 async def test_an_undecoded_session_validates_serialises_and_copies_whole() -> None:
     manager = MemorySessionManager()
     session = await manager.create("s")

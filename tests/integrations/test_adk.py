@@ -8,6 +8,7 @@ history really came from the store.
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 from collections.abc import AsyncGenerator
 from typing import Any
@@ -19,6 +20,7 @@ if os.environ.get("AGENTSESSIONS_REQUIRE_SERVERS") != "1":  # CI: a missing extr
     pytest.importorskip("google.adk", reason="needs the adk extra")
 
 from agentsessions import SessionManager, SessionSerializationError
+from agentsessions._tracking import LazyEvents
 from agentsessions.integrations.adk import AgentSessionsSessionService
 from google.adk.agents import LlmAgent
 from google.adk.apps import App
@@ -233,6 +235,56 @@ async def test_append_from_a_stale_copy_is_rejected(manager: SessionManager) -> 
     # A reloaded copy appends fine.
     await service.append_event(stored, state_event({"k": "c"}))
     assert len(stored.events) == 3
+
+
+async def test_an_append_after_a_write_by_another_service_is_stale(
+    manager: SessionManager,
+) -> None:
+    # The copy a service holds for a session it returned saves without a load; a write
+    # by another service (or process) in between must still make the append stale.
+    first, second = AgentSessionsSessionService(manager), AgentSessionsSessionService(manager)
+    await first.create_session(app_name="a", user_id="u", session_id="s")
+    mine = await first.get_session(app_name="a", user_id="u", session_id="s")
+    theirs = await second.get_session(app_name="a", user_id="u", session_id="s")
+    assert mine is not None and theirs is not None
+    await second.append_event(theirs, state_event({"k": "theirs"}, text="theirs"))
+    with pytest.raises(StaleSessionError):
+        await first.append_event(mine, state_event({"k": "mine"}, text="mine"))
+    # The same through the manager directly, on a copy that appended before.
+    fresh = await first.get_session(app_name="a", user_id="u", session_id="s")
+    assert fresh is not None
+    await first.append_event(fresh, state_event({}, text="one"))
+    stored = await manager.get("adk/s/a/u/s")
+    assert stored is not None
+    stored.state["state"] = {"k": "outside"}
+    await manager.save(stored)
+    with pytest.raises(StaleSessionError):
+        await first.append_event(fresh, state_event({}, text="two"))
+    final = await first.get_session(app_name="a", user_id="u", session_id="s")
+    assert final is not None
+    assert [e.content.parts[0].text for e in final.events if e.content and e.content.parts] == [
+        "theirs",
+        "one",
+    ]
+    assert final.state == {"k": "outside"}
+
+
+async def test_held_copies_go_with_their_sessions(manager: SessionManager) -> None:
+    service = AgentSessionsSessionService(manager)
+    created = await service.create_session(app_name="a", user_id="u", session_id="s")
+    await service.append_event(created, state_event({}, text="one"))
+    loaded = await service.get_session(app_name="a", user_id="u", session_id="s")
+    assert loaded is not None
+    assert len(service._copies) == 2
+    # An append through the held copy reads the newest id without decoding the history.
+    await service.append_event(loaded, state_event({}, text="two"))
+    held = service._copies.get(loaded)
+    assert held is not None
+    if isinstance(held.events, LazyEvents):
+        assert not held.events.decoded
+    del created, loaded, held
+    gc.collect()
+    assert len(service._copies) == 0
 
 
 async def test_copies_without_a_marker_are_checked_by_time_and_last_event(

@@ -1,18 +1,29 @@
 """One deadline per public call, and the one place where driver exceptions become ours.
 
-Every public `SessionManager` method runs inside `call`: a timer that cancels the task
-at ``now + options.timeout``, covering the whole call (connecting, waiting for a pooled
-connection, retries, every statement), and the translation of the exceptions a
+Every public `SessionManager` method runs inside `call`: a deadline that cancels the
+task at ``now + options.timeout``, covering the whole call (connecting, waiting for a
+pooled connection, retries, every statement), and the translation of the exceptions a
 backend declares in ``driver_errors`` into `BackendUnavailableError` or
 `BackendTimeoutError`. Calls nested in one task (``update`` calls ``get`` and
 ``save``) share the outermost deadline, so ``update`` is bounded as a whole too.
+
+The deadlines of the calls running on one event loop share one loop timer (`_Watch`),
+armed for the earliest of them: a call only enters and leaves a dict, where a timer of
+its own would be armed and cancelled on every call, and a cancelled timer still costs
+the loop its removal later. With one timeout for all calls the timer fires about once
+per timeout, finds the calls that are past their deadline, cancels their tasks, and is
+armed again for the earliest deadline left.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
+import operator
 import sys
+import threading
+import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
@@ -80,9 +91,9 @@ class call:
 
     __slots__ = (
         "_cancelling",
-        "_handle",
         "_task",
         "_token",
+        "_watch",
         "deadline",
         "fired",
         "manager",
@@ -97,7 +108,7 @@ class call:
         self.deadline = 0.0  # loop time
         self.fired = False
         self._token: contextvars.Token[call | None] | None = None
-        self._handle: asyncio.TimerHandle | None = None
+        self._watch: _Watch | None = None
         self._task: asyncio.Task[Any] | None = None
         self._cancelling = 0
 
@@ -119,7 +130,13 @@ class call:
         assert task is not None
         self._task = task
         self._cancelling = _cancel_count(task)
-        self._handle = loop.call_at(deadline, self._expire)
+        watch = _last_watch
+        if watch is None or watch.loop() is not loop:
+            watch = _watch_of(loop)
+        watch.calls[self] = None
+        if watch.handle is None or deadline < watch.when:
+            watch.arm(loop, deadline)
+        self._watch = watch
         self._token = _CURRENT.set(self)
 
     def _expire(self) -> None:
@@ -134,8 +151,8 @@ class call:
         tb: TracebackType | None,
     ) -> None:
         manager = self.manager
-        handle = self._handle
-        if handle is None:  # nested: only the translation
+        watch = self._watch
+        if watch is None:  # nested: only the translation
             if exc is None or not isinstance(exc, Exception):
                 return
             error = manager._translate(exc)
@@ -145,8 +162,9 @@ class call:
         token, task = self._token, self._task
         assert token is not None and task is not None
         self._task = None  # a finished call holds no task
+        self._watch = None
         try:
-            handle.cancel()
+            watch.calls.pop(self, None)  # gone already if its deadline passed
             if exc is None:
                 if self.fired:
                     _uncancel(task)  # the body swallowed the cancellation
@@ -171,10 +189,66 @@ _CURRENT: contextvars.ContextVar[call | None] = contextvars.ContextVar(
     "agentsessions_call", default=None
 )
 
-if sys.version_info >= (3, 11):
+# asyncio runs a timer once its time is within the clock's resolution: so does `_Watch`.
+_RESOLUTION = time.get_clock_info("monotonic").resolution
 
-    def _cancel_count(task: asyncio.Task[Any]) -> int:
-        return task.cancelling()
+
+class _Watch:
+    """The deadlines of the calls running on one event loop, behind one loop timer.
+
+    Used only from its loop's thread (calls enter and leave there, the timer fires
+    there); it holds its loop weakly, and `_WATCHES` drops it with the loop.
+    """
+
+    __slots__ = ("__weakref__", "calls", "handle", "loop", "when")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = weakref.ref(loop)
+        # Running calls, in an insertion-ordered dict: O(1) to enter and to leave.
+        self.calls: dict[call, None] = {}
+        self.handle: asyncio.TimerHandle | None = None
+        self.when = 0.0  # loop time the handle is armed for
+
+    def arm(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
+        if self.handle is not None:
+            self.handle.cancel()
+        self.when = when
+        self.handle = loop.call_at(when, self._fire)
+
+    def _fire(self) -> None:
+        self.handle = None
+        loop = self.loop()
+        if loop is None:  # pragma: no cover - a loop runs its own timers
+            return
+        limit = loop.time() + _RESOLUTION
+        calls = self.calls
+        expired = [running for running in calls if running.deadline <= limit]
+        for running in expired:
+            del calls[running]
+            running._expire()
+        if calls:
+            self.arm(loop, min(running.deadline for running in calls))
+
+
+_WATCHES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Watch] = weakref.WeakKeyDictionary()
+_WATCHES_LOCK = threading.Lock()  # loops of several threads may add theirs at once
+_last_watch: _Watch | None = None  # the usual case: one loop, so skip the weak lookup
+
+
+def _watch_of(loop: asyncio.AbstractEventLoop) -> _Watch:
+    """The watch of *loop* (`call` checks `_last_watch` first, inline)."""
+    global _last_watch
+    with _WATCHES_LOCK:
+        watch = _WATCHES.get(loop)
+        if watch is None:
+            watch = _WATCHES[loop] = _Watch(loop)
+    _last_watch = watch
+    return watch
+
+
+if sys.version_info >= (3, 11):
+    # task.cancelling(), called from C: any Task class, no Python frame per call.
+    _cancel_count: Callable[[asyncio.Task[Any]], int] = operator.methodcaller("cancelling")
 
 else:  # no cancellation counts before Python 3.11
 

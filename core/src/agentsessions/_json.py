@@ -90,6 +90,15 @@ def _check(value: Any, depth: int) -> None:
                 reason = _surrogate(key)
                 if reason is not None:
                     raise _Refused(reason, f"[{key!r}] (the key)")
+            # Scalars settled inline: a recursive call per item cost more than the check.
+            of = type(item)
+            if (
+                (of is str and item.isascii())
+                or (of is int and INT64_MIN <= item <= INT64_MAX)
+                or item is None
+                or of is bool
+            ):
+                continue
             try:
                 _check(item, depth + 1)
             except _Refused as refused:
@@ -98,6 +107,15 @@ def _check(value: Any, depth: int) -> None:
         return
     if kind is list:
         for index, item in enumerate(value):
+            # Scalars settled inline: a recursive call per item cost more than the check.
+            of = type(item)
+            if (
+                (of is str and item.isascii())
+                or (of is int and INT64_MIN <= item <= INT64_MAX)
+                or item is None
+                or of is bool
+            ):
+                continue
             try:
                 _check(item, depth + 1)
             except _Refused as refused:

@@ -105,16 +105,31 @@ def _unvalidated_event(author: str, content: Any, metadata: dict[str, Any]) -> E
 # Events made by `EventsAndState.add_event` that no save has sent yet, by id(): their
 # ids were drawn at random just now, so they cannot repeat an id already stored and a
 # save may skip checking them against the loaded history (which costs a parse of every
-# loaded event). Weak, so an event dropped unsaved leaves no entry; an event that
-# merely equals one of them (a copy, an unpickled one) is a different object.
-_unsent: weakref.WeakValueDictionary[int, Event] = weakref.WeakValueDictionary()
+# loaded event). Held weakly, so an event dropped unsaved keeps nothing alive; an event
+# that merely equals one of them (a copy, an unpickled one) is a different object.
+# Plain weak references (made in C) rather than a WeakValueDictionary, whose entries
+# cost Python calls to make and to drop: an entry whose event is gone, or whose id was
+# reused, simply does not match, and `_sweep` clears such entries as the table grows.
+_unsent: dict[int, weakref.ref[Event]] = {}
+_SWEEP_MIN = 1024
+_sweep_at = _SWEEP_MIN
+
+
+def _sweep() -> None:
+    global _sweep_at
+    for key, ref in list(_unsent.items()):
+        if ref() is None and _unsent.get(key) is ref:
+            _unsent.pop(key, None)
+    _sweep_at = max(_SWEEP_MIN, 2 * len(_unsent))
 
 
 def all_unsent(events: Sequence[Event]) -> bool:
     """Whether *events* are distinct objects made by ``add_event`` and never sent."""
     found = _unsent.get
-    if not all(found(id(event)) is event for event in events):
-        return False
+    for event in events:
+        ref = found(id(event))
+        if ref is None or ref() is not event:
+            return False
     return len({id(event) for event in events}) == len(events)
 
 
@@ -125,7 +140,9 @@ def new_event(author: str, content: Any = None, metadata: dict[str, Any] | None 
         event = _unvalidated_event(author, content, {} if metadata is None else metadata)
     else:
         event = Event(author=author, content=content, metadata=metadata or {})  # the errors
-    _unsent[id(event)] = event
+    _unsent[id(event)] = weakref.ref(event)
+    if len(_unsent) > _sweep_at:
+        _sweep()
     return event
 
 

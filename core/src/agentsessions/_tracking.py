@@ -464,6 +464,20 @@ def event_ids(events: list[Event]) -> Iterable[str]:
     return map(_event_id, events)
 
 
+def newest_event_id(events: list[Event]) -> str | None:
+    """The id of the last of *events* (None if there is none), without decoding a
+    `LazyEvents` that is not decoded yet."""
+    if isinstance(events, LazyEvents):
+        stored = events._stored
+        if stored is not None and not events._tail:
+            if not len(stored):
+                return None
+            if stored._decoded is not None:
+                return stored._decoded[-1].id
+            return _ids_of(stored._texts[-1:])[0]
+    return _event_id(events[-1]) if events else None
+
+
 def event_contents(events: list[Event]) -> list[Any]:
     """The ``content`` of each of *events*, without building the `Event` objects of a
     `LazyEvents` that is not decoded yet."""

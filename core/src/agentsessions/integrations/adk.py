@@ -69,8 +69,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import AsyncIterator, Coroutine
-from contextlib import asynccontextmanager
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, TypeVar
@@ -101,6 +100,8 @@ from .._errors import (
 from .._loops import LoopLock
 from .._manager import SessionManager
 from .._models import Event, Session
+from .._tracking import event_contents, newest_event_id
+from ._held import HeldFor
 from ._shared import finish_despite_cancellation
 
 __all__ = ["AgentSessionsSessionService"]
@@ -274,6 +275,10 @@ class AgentSessionsSessionService(BaseSessionService):
         # LoopLocks, because one service may serve several event loops (threads).
         self._locks: weakref.WeakValueDictionary[str, LoopLock] = weakref.WeakValueDictionary()
         self._locks_mutex = threading.Lock()
+        # The stored copy (ours, tracked) behind each ADK session this service returned or
+        # appended to, keyed by the ADK object's id and dropped with it: an append to a
+        # session still at that copy's version saves the copy without loading it again.
+        self._copies: HeldFor[AdkSession, Session] = HeldFor()
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} on {self.manager!r}>"
@@ -329,6 +334,7 @@ class AgentSessionsSessionService(BaseSessionService):
             last_update_time=_last_update(stored),
         )
         session._storage_update_marker = _marker(stored)
+        self._copies.put(session, stored)
         return session
 
     @override
@@ -352,7 +358,8 @@ class AgentSessionsSessionService(BaseSessionService):
         session_state = _scope_of(stored, keys.session_identity(session_id))
         if stored is None or session_state is None:
             return None
-        events = [AdkEvent.model_validate(event.content) for event in stored.events]
+        # From the stored contents, without building our Event objects on the way.
+        events = [AdkEvent.model_validate(content) for content in event_contents(stored.events)]
         if config is not None and config.after_timestamp is not None:
             # As ADK's InMemorySessionService: keep the newest events from the last
             # one older than the cut-off on.
@@ -369,6 +376,10 @@ class AgentSessionsSessionService(BaseSessionService):
             last_update_time=_last_update(stored),
         )
         session._storage_update_marker = _marker(stored)
+        if stored.events or last_events is None:
+            # A copy that holds the newest stored event (or all of none): it can tell
+            # a re-delivered event, as the load of one event in `_store_event` does.
+            self._copies.put(session, stored)
         return session
 
     async def fork_session(
@@ -544,26 +555,56 @@ class AgentSessionsSessionService(BaseSessionService):
         keys: _Keys,
     ) -> Session | None:
         record = _to_event(event)
+        held = self._copies.get(session)
+        if held is not None and (
+            session._storage_update_marker == _marker(held)
+            and newest_event_id(held.events) != record.id
+            and _scope_of(held, keys.session_identity(session.id)) is not None
+        ):
+            # The session is at the version of the copy held for it, so that copy is
+            # what a load would return now unless a save landed since; the save's own
+            # version check tells, and then the long way below decides (a stale
+            # session, or an event already stored).
+            self._copies.drop(session)  # changed below: never held half-saved
+            try:
+                return await self._save_event(session, held, record, event, scopes, keys)
+            except SessionConflictError:
+                pass
         # One event is loaded: enough to know the version and to recognise a
         # re-delivery of the newest event, without reading the history.
         stored = await self.manager.get(keys.session(session.id), last_events=1)
-        session_state = _scope_of(stored, keys.session_identity(session.id))
-        if stored is None or session_state is None:
+        if stored is None or _scope_of(stored, keys.session_identity(session.id)) is None:
             raise AdkSessionNotFoundError(f"Session {session.id} not found.")
         newest = stored.events[-1] if stored.events else None
         if newest is not None and newest.id == record.id and newest.content == record.content:
             return None
         self._check_fresh(session, stored, newest)
+        try:
+            return await self._save_event(session, stored, record, event, scopes, keys)
+        except SessionConflictError:
+            raise StaleSessionError(_STALE_MESSAGE) from None
+
+    async def _save_event(
+        self,
+        session: AdkSession,
+        stored: Session,
+        record: Event,
+        event: AdkEvent,
+        scopes: dict[str, dict[str, Any]],
+        keys: _Keys,
+    ) -> Session:
+        """Append *record* to *stored* (current for *session*) and save it, then merge the
+        ``app:`` and ``user:`` deltas; `SessionConflictError` if a save landed meanwhile."""
         stored.events.append(record)
         stored.state["last_update_time"] = event.timestamp
         if scopes["session"]:
-            stored.state["state"] = {**session_state, **scopes["session"]}
+            session_state = _scope_of(stored, keys.session_identity(session.id))
+            stored.state["state"] = {**(session_state or {}), **scopes["session"]}
         try:
             await self.manager.save(stored)
-        except SessionConflictError:
-            raise StaleSessionError(_STALE_MESSAGE) from None
         except SessionNotFoundError:
             raise AdkSessionNotFoundError(f"Session {session.id} not found.") from None
+        self._copies.put(session, stored)
         if scopes["app"]:
             await self._merge_scope(keys.app_state, None, keys.app_identity, scopes["app"])
         if scopes["user"]:
@@ -624,12 +665,12 @@ class AgentSessionsSessionService(BaseSessionService):
 
         return list(await asyncio.gather(*(bounded(read) for read in reads)))
 
-    @asynccontextmanager
-    async def _lock(self, key: str) -> AsyncIterator[None]:
+    def _lock(self, key: str) -> LoopLock:
+        """The lock of session *key*, for ``async with``: the statement holds the lock
+        object (and so keeps it in the weak table) until it is released."""
         with self._locks_mutex:
             lock = self._locks.get(key)
             if lock is None:
                 lock = LoopLock()
                 self._locks[key] = lock
-        async with lock:  # the local name keeps the lock alive while it is held
-            yield
+        return lock
