@@ -105,3 +105,16 @@ def test_only_a_peer_that_cannot_run_leaves_the_run_passing() -> None:
     assert failed_stores([store("o", "ours", "unavailable: x")]) == ["o"]
     assert failed_stores([store("f", "floor", "unavailable: x")]) == ["f"]
     assert failed_stores([store("d", "adapter", "TimeoutError")]) == ["d"]
+
+
+def test_from_json_judges_the_stored_run_by_the_current_goals(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    recorded = Path(__file__).parents[2] / "bench" / "results" / "latest.json"
+    results = json.loads(recorded.read_text(encoding="utf-8"))
+    results["targets"] = []  # as a run made before a goal existed
+    stale = tmp_path / "latest.json"
+    stale.write_text(json.dumps(results), encoding="utf-8")
+    assert main(["--from-json", str(stale), "--no-write"]) == 0
+    table = capsys.readouterr().out.split("### Targets", 1)[1]
+    assert "append at 5,000 vs at 0" in table and "(the floor's)" in table
