@@ -263,7 +263,7 @@ def ha(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """Benchmarks against the raw drivers and the OpenAI SDK / Google ADK stores (~1 h).
+    """Benchmarks against the raw drivers and the OpenAI SDK / Google ADK stores (~30 min).
 
     Not a default session: it installs the peers into its own environment, and the
     figures mean something only on a quiet machine. ``nox -s bench -- --quick``.
