@@ -247,11 +247,11 @@ class PostgresSessionManager(SessionManager):
         # cannot use. It also reads the tables' statistics once (see `_generic_loads`).
         async with self._connection(pool) as connection:
             if not self._generic:
-                self._statistics_due = time.monotonic() + _STATISTICS_RECHECK
-                found = await connection.fetchval(
-                    self._sql.statistics_sound, SOUND_STATISTICS, timeout=self._remaining()
+                self._statistics_read(
+                    await connection.fetchval(
+                        self._sql.statistics_sound, SOUND_STATISTICS, timeout=self._remaining()
+                    )
                 )
-                self._generic = bool(found)
 
     async def _migrate(self, connection: _Connection) -> None:
         """Pool init: bring the schema to `LATEST_VERSION` (see `migrate`)."""
@@ -432,12 +432,16 @@ class PostgresSessionManager(SessionManager):
         """
         if self._generic:
             return True
-        now = time.monotonic()
-        if now < self._statistics_due:
+        if time.monotonic() < self._statistics_due:
             return False
-        self._statistics_due = now + _STATISTICS_RECHECK
         rows = await self._read(self._sql.statistics_sound, SOUND_STATISTICS)
-        self._generic = bool(rows and rows[0][0])
+        return self._statistics_read(bool(rows and rows[0][0]))
+
+    def _statistics_read(self, sound: object) -> bool:
+        """Record a reading of `Statements.statistics_sound`; the next one is due in
+        `_STATISTICS_RECHECK` seconds (none once sound)."""
+        self._generic = bool(sound)
+        self._statistics_due = time.monotonic() + _STATISTICS_RECHECK
         return self._generic
 
     @_write

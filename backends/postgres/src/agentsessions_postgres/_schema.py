@@ -256,6 +256,15 @@ def _check_not_newer(found: int, schema: str) -> None:
 _CUSTOM_PLANS_ONLY = (
     "AND ($2::text IS NOT NULL OR (SELECT count(*) FROM generate_series(1, 100000000)) >= 0)"
 )
+# The record columns and the session row of the generic loads (`Statements.generic_load_all`).
+_RECORD_COLUMNS = (
+    "o.session_id, o.user_id, o.state, o.version, o.created_at, o.updated_at, o.expires_at,"
+    " o.event_count, o.lineage, o.fork_source, o.fork_version, o.fork_event"
+)
+_SESSION_ROW = (
+    "FROM {s}.agentsessions_sessions o WHERE o.namespace = $1 AND o.session_id = $2"
+    " AND (o.expires_at IS NULL OR o.expires_at > $3)"
+)
 
 
 @dataclass(frozen=True)
@@ -393,50 +402,34 @@ class Statements:
     # the manager sends these only once the tables' statistics count `SOUND_STATISTICS`
     # rows (see `statistics_sound`).
     generic_load_record: str = """
-        SELECT o.session_id, o.user_id, o.state, o.version, o.created_at, o.updated_at,
-               o.expires_at, o.event_count, o.lineage, o.fork_source, o.fork_version,
-               o.fork_event, NULL::text[] AS events
-        FROM {s}.agentsessions_sessions o
-        WHERE o.namespace = $1 AND o.session_id = $2
-          AND (o.expires_at IS NULL OR o.expires_at > $3)
+        SELECT {record_columns}, NULL::text[] AS events
+        {session_row}
     """
     generic_load_all: str = """
-        SELECT o.session_id, o.user_id, o.state, o.version, o.created_at, o.updated_at,
-               o.expires_at, o.event_count, o.lineage, o.fork_source, o.fork_version,
-               o.fork_event,
+        SELECT {record_columns},
                ARRAY(SELECT e.data::text FROM {s}.agentsessions_events e
                      WHERE e.namespace = o.namespace AND e.session_id = o.session_id
                      ORDER BY e.position) AS events
-        FROM {s}.agentsessions_sessions o
-        WHERE o.namespace = $1 AND o.session_id = $2
-          AND (o.expires_at IS NULL OR o.expires_at > $3)
+        {session_row}
     """
     generic_load_since: str = """
-        SELECT o.session_id, o.user_id, o.state, o.version, o.created_at, o.updated_at,
-               o.expires_at, o.event_count, o.lineage, o.fork_source, o.fork_version,
-               o.fork_event,
+        SELECT {record_columns},
                ARRAY(SELECT e.data::text FROM {s}.agentsessions_events e
                      WHERE e.namespace = o.namespace AND e.session_id = o.session_id
                        AND e.position >= o.first_position
                                          + CASE WHEN o.lineage = $5 AND o.event_count >= $4
                                                 THEN $4 ELSE 0 END
                      ORDER BY e.position) AS events
-        FROM {s}.agentsessions_sessions o
-        WHERE o.namespace = $1 AND o.session_id = $2
-          AND (o.expires_at IS NULL OR o.expires_at > $3)
+        {session_row}
     """
     generic_load_last: str = """
-        SELECT o.session_id, o.user_id, o.state, o.version, o.created_at, o.updated_at,
-               o.expires_at, o.event_count, o.lineage, o.fork_source, o.fork_version,
-               o.fork_event,
+        SELECT {record_columns},
                ARRAY(SELECT w.data::text
                      FROM (SELECT e.position, e.data FROM {s}.agentsessions_events e
                            WHERE e.namespace = o.namespace AND e.session_id = o.session_id
                            ORDER BY e.position DESC LIMIT (SELECT $4::bigint)) w
                      ORDER BY w.position) AS events
-        FROM {s}.agentsessions_sessions o
-        WHERE o.namespace = $1 AND o.session_id = $2
-          AND (o.expires_at IS NULL OR o.expires_at > $3)
+        {session_row}
     """
 
     # True once both tables' statistics count at least $1 rows: a plan made then reads
@@ -513,8 +506,10 @@ def statements(schema: str) -> Statements:
     quoted = quote_ident(schema)
     filled = {
         field.name: getattr(Statements, field.name)
-        .replace("{s}", quoted)
         .replace("{custom_plans_only}", _CUSTOM_PLANS_ONLY)
+        .replace("{record_columns}", _RECORD_COLUMNS)
+        .replace("{session_row}", _SESSION_ROW)
+        .replace("{s}", quoted)
         for field in fields(Statements)
     }
     return Statements(**filled)
