@@ -555,3 +555,34 @@ def test_one_manager_serves_threads_with_their_own_loops(tmp_path: Path) -> None
         await manager.close()
 
     asyncio.run(check())
+
+
+# -- file permissions ---------------------------------------------------------------------
+
+
+async def test_new_database_files_are_private_to_their_owner(tmp_path: Path) -> None:
+    path = tmp_path / "sessions.db"
+    old = os.umask(0o022)
+    try:
+        async with agentsessions.connect(f"sqlite:///{path}") as manager:
+            session = await manager.create("s1")
+            session.add_event("user", "hi")
+            await manager.save(session)
+            modes = {
+                name: oct(os.stat(tmp_path / name).st_mode & 0o777)
+                for name in ("sessions.db", "sessions.db-wal", "sessions.db-shm")
+            }
+    finally:
+        os.umask(old)
+    assert modes == dict.fromkeys(modes, "0o600"), (
+        f"a new SQLite database and its -wal/-shm must be created 0600, found {modes}"
+    )
+
+
+async def test_an_existing_database_file_keeps_its_mode(tmp_path: Path) -> None:
+    path = tmp_path / "shared.db"
+    path.touch()
+    path.chmod(0o640)
+    async with agentsessions.connect(f"sqlite:///{path}") as manager:
+        await manager.create("s1")
+    assert oct(path.stat().st_mode & 0o777) == "0o640", "an existing file's mode must be kept"

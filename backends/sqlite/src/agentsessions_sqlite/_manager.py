@@ -68,6 +68,21 @@ def _optional_micros(when: datetime | None) -> int | None:
     return None if when is None else to_micros(when)
 
 
+def _create_private(path: str) -> None:
+    """Create a database file that does not exist yet readable by its owner only (0600).
+
+    Sessions are conversations: a file the umask makes world-readable exposes them to
+    every local user. SQLite gives the -wal and -shm files the database file's mode, so
+    they follow. An existing file keeps its mode: chmod it, or create it yourself, to
+    share it. A file another process creates first (O_EXCL) is left as it made it.
+    """
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError:
+        return  # exists already, or cannot be created: sqlite3 reports why
+    os.close(fd)
+
+
 # -- what runs in the connection thread ------------------------------------------------
 
 
@@ -477,6 +492,8 @@ class SQLiteSessionManager(SessionManager):
         links: list[Link] = []
         busy = self._busy_timeout
         try:
+            if not self.in_memory:
+                _create_private(self.path)
             writer = await connect(self.path, busy, self._remaining)
             links.append(writer)
             await writer.call(_prepare_writer, options.synchronous, self.in_memory)
