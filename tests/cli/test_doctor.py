@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -115,3 +117,27 @@ def test_the_text_report_prints_brackets_as_they_are(capsys: pytest.CaptureFixtu
     assert "means: means [/]" in out
     assert "fix:   fix [red]" in out
     assert "1 check found nothing wrong (--all lists them)" in out
+
+
+def test_piped_output_keeps_every_line_whole(tmp_path: Path) -> None:
+    # A path long enough that an 80-column layout would break the lines that name it.
+    folder = tmp_path / ("a-rather-long-directory-name-" * 4).rstrip("-")
+    folder.mkdir()
+    path = folder / "sessions.db"
+    path.touch()
+    path.chmod(0o644)  # so that doctor has a finding that names the file
+    env = {key: value for key, value in os.environ.items() if key != "COLUMNS"}
+    done = subprocess.run(
+        [sys.executable, "-m", "agentsessions_cli", "doctor", f"sqlite:///{path}", "--all"],
+        capture_output=True,
+        text=True,
+        env={**env, "NO_COLOR": "1"},
+        timeout=120,
+    )
+    assert str(path) in done.stdout, (
+        f"piped doctor output must print the path {path} on one line, got:\n{done.stdout}"
+    )
+    docs = [line for line in done.stdout.splitlines() if line.lstrip().startswith("docs:")]
+    assert docs, f"doctor printed no docs line:\n{done.stdout}"
+    for line in docs:
+        assert re.fullmatch(r"\s*docs:\s+\S+", line), f"a docs line was broken: {line!r}"

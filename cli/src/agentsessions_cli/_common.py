@@ -6,7 +6,7 @@ import asyncio
 import os
 import sys
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import agentsessions
 from agentsessions import (
@@ -65,8 +65,28 @@ EXIT_CODES_HELP = """exit codes:
   5    the database the URL names does not exist on the server
   130  interrupted"""
 
+
+class _Console(Console):
+    """A console that never breaks a line of text it prints to a pipe or a file.
+
+    Piped output is read by grep and by other programs, and a wrapped line breaks the
+    URLs and ids it holds. Off a terminal a text line is printed whole unless ``COLUMNS``
+    sets a width; tables are still laid out to the width (their cells wrap by design).
+    """
+
+    def print(self, *objects: Any, soft_wrap: bool | None = None, **kwargs: Any) -> None:
+        if (
+            soft_wrap is None
+            and not self.is_terminal
+            and "COLUMNS" not in os.environ
+            and all(isinstance(item, str) for item in objects)
+        ):
+            soft_wrap = True
+        super().print(*objects, soft_wrap=soft_wrap, **kwargs)
+
+
 # Colour and markup only on a terminal; piped output stays plain text.
-console = Console(highlight=False, soft_wrap=False)
+console = _Console(highlight=False, soft_wrap=False)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 T = TypeVar("T")
