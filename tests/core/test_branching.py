@@ -7,6 +7,7 @@ import uuid
 import pytest
 from agentsessions import (
     Capabilities,
+    Event,
     InvalidInputError,
     InvalidSessionIdError,
     MemorySessionManager,
@@ -120,3 +121,37 @@ def test_the_blocking_twin_forks_rewinds_and_lists() -> None:
         manager.rewind(session, first.id)
         stored = manager.get("src")
         assert stored is not None and [e.content for e in stored.events] == ["one"]
+
+
+@pytest.mark.parametrize("blank", [" ", "\t", "\u2028", "\x1c"])
+@pytest.mark.parametrize("how", ["save", "restore", "compact"])
+async def test_a_blank_event_id_is_refused_wherever_an_event_is_written(
+    blank: str, how: str
+) -> None:
+    # One rule for ids: fork and rewind refuse a blank through_event_id, so no write
+    # may store an event id they could never name.
+    async with MemorySessionManager(_named()) as manager:
+        session = await manager.create("s")
+        first = session.add_event("user", "kept")
+        await manager.save(session)
+        event = Event(id=blank, author="user", content="x")
+        if how == "save":
+            session.events.append(event)
+            write = manager.save(session)
+        elif how == "restore":
+            copy = session.model_copy(update={"session_id": "r"})
+            copy.events.append(event)
+            write = manager.restore(copy)
+        else:
+            write = manager.compact(session, first.id, [event])
+        with pytest.raises(SessionSerializationError, match=r"\.id.*blank") as caught:
+            await write
+        assert "events" in str(caught.value), f"the error must name the event: {caught.value}"
+        stored = await manager.get("s")
+        assert stored is not None
+        assert [e.id for e in stored.events] == [first.id], (
+            f"{how} with a blank event id must write nothing, found {stored.events}"
+        )
+        assert await manager.get("r") is None, "a refused restore must store nothing"
+        with pytest.raises(InvalidSessionIdError):
+            await manager.rewind(stored, blank)

@@ -524,6 +524,14 @@ def _check_name(value: object, path: str) -> None:
     _json.check_text(value, path)
 
 
+def _check_id(value: object, path: str) -> None:
+    # The rule of every id (`validate_id`): an event id that is only whitespace could be
+    # saved but never named again, as fork's or rewind's ``through_event_id`` say.
+    _check_name(value, path)
+    if isinstance(value, str) and value.isspace():
+        raise SessionSerializationError(path, "must not be blank (only whitespace)")
+
+
 def _check_timestamp(value: object, path: str) -> None:
     if not isinstance(value, datetime):
         raise SessionSerializationError(path, f"must be a datetime, not {type(value).__name__}")
@@ -548,8 +556,13 @@ def encode_event(event: Event, position: int, path: str) -> EventRecord:
     # The common case settled inline (short ASCII names, a UTC timestamp); anything
     # else takes the full checks, which name the field. Paths are built only there.
     ident, author, timestamp = fields["id"], fields["author"], fields["timestamp"]
-    if type(ident) is not str or not 0 < len(ident) <= _MAX_NAME or not ident.isascii():
-        _check_name(ident, f"{path}.id")
+    if (
+        type(ident) is not str
+        or not 0 < len(ident) <= _MAX_NAME
+        or not ident.isascii()
+        or ident.isspace()
+    ):
+        _check_id(ident, f"{path}.id")
     if type(author) is not str or not 0 < len(author) <= _MAX_NAME or not author.isascii():
         _check_name(author, f"{path}.author")
     in_utc = type(timestamp) is datetime and timestamp.tzinfo is timezone.utc
