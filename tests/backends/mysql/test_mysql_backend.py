@@ -4,7 +4,10 @@ cancellation, migrations under GET_LOCK, and the layout."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 
+import agentsessions
 import asyncmy
 import pytest
 from agentsessions import (
@@ -294,3 +297,67 @@ async def test_connections_read_at_repeatable_read(database_url: str) -> None:
             await cursor.execute("SELECT @@SESSION.tx_isolation")
             (level,) = await cursor.fetchone()
         assert level == "REPEATABLE-READ"
+
+
+_CONCURRENT_OPENS = """
+import asyncio, sys
+from agentsessions import connect
+
+async def main():
+    managers = [connect(sys.argv[1]) for _ in range(6)]
+    await asyncio.gather(*(manager.open() for manager in managers))
+    session = await managers[0].create("s")
+    session.add_event("user", "hi")
+    await managers[1].save(session)
+    for manager in managers:
+        await manager.close()
+
+asyncio.run(main())
+"""
+
+
+def test_concurrent_first_opens_print_nothing(fresh_database_url: str) -> None:
+    # As an application without logging configured runs it: whatever a driver logs at
+    # WARNING reaches stderr through logging's last-resort handler.
+    done = subprocess.run(
+        [sys.executable, "-c", _CONCURRENT_OPENS, fresh_database_url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, f"concurrent first opens failed: {done.stderr}"
+    assert done.stderr == "", (
+        f"concurrent first opens of a fresh database must print nothing, printed: {done.stderr!r}"
+    )
+
+
+async def test_connect_timeout_bounds_a_server_that_never_sends_its_handshake() -> None:
+    # A server that accepts TCP and stays silent: asyncmy's own timeout covers only the
+    # TCP connect, so without ours the call would wait for its whole deadline.
+    accepted: list[asyncio.StreamWriter] = []
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(writer)
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    manager = agentsessions.connect(
+        f"mysql://root@127.0.0.1:{port}/test?connect_timeout=1&timeout=6"
+    )
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    try:
+        with pytest.raises(BackendUnavailableError) as caught:
+            await manager.get("s")
+        took = loop.time() - started
+    finally:
+        await manager.close()
+        for writer in accepted:
+            writer.close()
+        server.close()
+        await server.wait_closed()
+    assert accepted, "the test server was never reached"
+    assert took < 3.0, (
+        f"connect_timeout=1 must bound the handshake: get() raised {caught.value!r} "
+        f"after {took:.1f} s (timeout=6)"
+    )

@@ -103,6 +103,7 @@ _UNKNOWN_DATABASE = frozenset({1049, 1044})  # no such database, or none we may 
 _READ_ONLY = frozenset({1290, 1792, 1836})  # --read-only, read-only transaction, replica
 _RETRIED = frozenset({1205, 1213})  # lock wait timeout, deadlock: rolled back, retried
 _STATEMENT_TIMEOUT = frozenset({1969, 3024})  # MariaDB max_statement_time, MySQL's
+_CANNOT_CONNECT = 2003  # the client's CR_CONN_HOST_ERROR
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -217,7 +218,20 @@ class MySQLSessionManager(SessionManager):
         }
         if opts.uses_tls:
             kwargs["ssl"] = self._ssl_context()
-        connection: Connection = await asyncmy.connect(**kwargs)
+        # asyncmy's connect_timeout bounds only the TCP connect: a server that accepts
+        # and never sends its handshake would hold the call to its whole deadline. The
+        # handshake, authentication and init command are bounded by it too (a cancelled
+        # connect closes its socket).
+        try:
+            connection: Connection = await asyncio.wait_for(
+                asyncmy.connect(**kwargs), kwargs["connect_timeout"]
+            )
+        except asyncio.TimeoutError:
+            raise OperationalError(
+                _CANNOT_CONNECT,
+                f"Can't connect to MySQL server on {kwargs.get('host')!r} (no handshake "
+                f"within connect_timeout={opts.connect_timeout:g} s)",
+            ) from None
         try:
             # A load's snapshot spans its two selects only under REPEATABLE READ (the
             # default, unless the server was configured otherwise).
@@ -326,6 +340,12 @@ class MySQLSessionManager(SessionManager):
             got = (await fetch(connection, "SELECT GET_LOCK(%s, %s)", (lock, wait)))[0][0]
             if got != 1:
                 raise asyncio.TimeoutError("waited too long for the migration lock")
+            # No notes while migrating: asyncmy logs every note of a statement at WARNING
+            # ("Table ... already exists" from an IF NOT EXISTS another manager made
+            # true), which reaches an application's stderr when it configured no logging.
+            # The connection goes back to the pool, so its own setting is restored.
+            notes = (await fetch(connection, "SELECT @@session.sql_notes", ()))[0][0]
+            await execute(connection, "SET SESSION sql_notes = 0")
             try:
                 await execute(connection, VERSION_TABLE)
                 found = await self._schema_version(connection)
@@ -345,6 +365,7 @@ class MySQLSessionManager(SessionManager):
                     )
             finally:
                 await execute(connection, "DO RELEASE_LOCK(%s)", (lock,))
+                await execute(connection, "SET SESSION sql_notes = %s", (int(notes),))
         self._migrations_applied(found, LATEST_VERSION)
 
     async def _schema_version(self, connection: Connection) -> int:

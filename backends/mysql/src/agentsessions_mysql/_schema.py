@@ -152,7 +152,9 @@ class Statements:
         "WHERE table_schema = DATABASE() AND table_name = 'agentsessions_schema_version'"
     )
     record_version: str = (
-        "INSERT IGNORE INTO agentsessions_schema_version (version, applied_at) VALUES (%s, %s)"
+        # Not INSERT IGNORE: a duplicate would be a warning, which asyncmy logs.
+        "INSERT INTO agentsessions_schema_version (version, applied_at) VALUES (%s, %s) "
+        "ON DUPLICATE KEY UPDATE version = version"
     )
 
     # -- create: ns, id, user, state, version, created, updated, expires, count, lineage,
