@@ -31,6 +31,7 @@ from ._tests_misuse import MisuseFuzzTests, MisuseTests
 from ._tests_model import ModelTests
 from ._tests_newops_namespaces import NewOpsNamespaceTests
 from ._tests_newops_races import NewOpsRaceTests
+from ._tests_newops_rules import NewOpsRuleTests
 from ._tests_newops_ttl import NewOpsExpiryTests
 from ._tests_refresh import RefreshTests
 from ._tests_restore import RestoreTests
@@ -63,6 +64,7 @@ class SessionManagerTests(
     SaveTokenTests,
     LostReplyTests,
     NewOpsRaceTests,
+    NewOpsRuleTests,
     NewOpsNamespaceTests,
     NewOpsExpiryTests,
     CompactionTests,

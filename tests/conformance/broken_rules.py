@@ -1,0 +1,262 @@
+"""Broken backends for the cross-cutting rules on branching and save tokens (issue 43).
+
+Each is one realistic bug that passed the whole kit before `_tests_newops_rules`; its
+``caught_by`` names the clauses that must now fail on it. They join `broken.BROKEN`.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections import deque
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+from agentsessions import (
+    MemorySessionManager,
+    SessionNotFoundError,
+    SessionSummary,
+)
+from agentsessions._memory import _live, _Stored
+from agentsessions.backend import (
+    TOKENS_KEPT,
+    CompactRequest,
+    ForkRequest,
+    RewindRequest,
+    SaveRequest,
+    SessionRecord,
+    to_micros,
+)
+from agentsessions_sqlite import SQLiteSessionManager
+from agentsessions_sqlite import _statements as sqlite_sql
+
+from conformance.broken import Broken
+
+__all__ = [
+    "DeleteUserErasesEveryArchiveManager",
+    "DeleteUserLeavesArchiveManager",
+    "ForkCursorTiesManager",
+    "ForkOfExpiredSourceManager",
+    "ForksOfEveryNamespaceManager",
+    "ListsExpiredForksManager",
+    "RewindIgnoresLineageManager",
+    "RewindResetsTokensManager",
+    "TokenOfAnySessionManager",
+    "TokensKeepOldestManager",
+]
+
+
+def _page(
+    records: list[SessionRecord], limit: int, after: tuple[datetime, str] | None
+) -> list[SessionSummary]:
+    records.sort(key=lambda r: (r.created_at, r.session_id), reverse=True)
+    if after is not None:
+        records = [r for r in records if (r.created_at, r.session_id) < after]
+    return [record.summary() for record in records[:limit]]
+
+
+class ForksOfEveryNamespaceManager(MemorySessionManager, Broken):
+    """list_sessions(forked_from=) looks for forks in every namespace."""
+
+    caught_by = frozenset({"test_fork_listing_never_shows_another_namespaces_forks"})
+
+    async def _list_forks(
+        self,
+        source_id: str,
+        user_id: str | None,
+        limit: int,
+        after: tuple[datetime, str] | None,
+        now: datetime,
+    ) -> list[SessionSummary]:
+        with self._store.lock:
+            records = [
+                stored.record
+                for space in self._store.spaces.values()
+                for stored in space.values()
+                if _live(stored, now) is not None
+                and stored.record.forked_from is not None
+                and stored.record.forked_from.session_id == source_id
+            ]
+        return _page(records, limit, after)
+
+
+class ListsExpiredForksManager(MemorySessionManager, Broken):
+    """list_sessions(forked_from=) lists forks past their ttl."""
+
+    caught_by = frozenset({"test_fork_listing_skips_expired_forks"})
+
+    async def _list_forks(
+        self,
+        source_id: str,
+        user_id: str | None,
+        limit: int,
+        after: tuple[datetime, str] | None,
+        now: datetime,
+    ) -> list[SessionSummary]:
+        with self._store.lock:
+            records = [
+                stored.record
+                for stored in self._space.values()
+                if stored.record.forked_from is not None
+                and stored.record.forked_from.session_id == source_id
+            ]
+        return _page(records, limit, after)
+
+
+class ForkCursorTiesManager(MemorySessionManager, Broken):
+    """The fork listing's cursor compares timestamps only: forks made in the same
+    microsecond as a page's last one are skipped."""
+
+    caught_by = frozenset({"test_listings_page_through_ties_exactly_once"})
+
+    async def _list_forks(
+        self,
+        source_id: str,
+        user_id: str | None,
+        limit: int,
+        after: tuple[datetime, str] | None,
+        now: datetime,
+    ) -> list[SessionSummary]:
+        with self._store.lock:
+            records = [
+                stored.record
+                for stored in self._space.values()
+                if _live(stored, now) is not None
+                and stored.record.forked_from is not None
+                and stored.record.forked_from.session_id == source_id
+            ]
+        records.sort(key=lambda r: (r.created_at, r.session_id), reverse=True)
+        if after is not None:
+            records = [r for r in records if r.created_at < after[0]]
+        return [record.summary() for record in records[:limit]]
+
+
+class ForkOfExpiredSourceManager(MemorySessionManager, Broken):
+    """fork() copies a source that expired but was not purged yet."""
+
+    caught_by = frozenset({"test_fork_of_an_expired_source_is_not_found"})
+
+    async def _fork(self, request: ForkRequest, now: datetime) -> SessionRecord:
+        with self._store.lock:
+            source = self._space.get(request.source_id)
+            if source is None:
+                raise SessionNotFoundError(request.source_id)
+            expires = source.record.expires_at
+            source.record = replace(source.record, expires_at=None)
+        try:
+            return await super()._fork(request, now)
+        finally:
+            with self._store.lock:
+                source.record = replace(source.record, expires_at=expires)
+
+
+class RewindIgnoresLineageManager(MemorySessionManager, Broken):
+    """rewind() checks the version but not the lineage."""
+
+    caught_by = frozenset({"test_rewind_of_an_earlier_lifes_copy_is_a_conflict"})
+
+    async def _rewind(self, request: RewindRequest, now: datetime) -> None:
+        with self._store.lock:
+            stored = _live(self._space.get(request.session_id), now)
+            if stored is not None and stored.record.version == request.expected_version:
+                lineage = request.expected_lineage or stored.record.lineage
+                stored.record = replace(stored.record, lineage=lineage)
+        await super()._rewind(request, now)
+
+
+class RewindResetsTokensManager(MemorySessionManager, Broken):
+    """rewind() starts the session's token list afresh."""
+
+    caught_by = frozenset({"test_rewind_keeps_the_save_token_window"})
+
+    async def _rewind(self, request: RewindRequest, now: datetime) -> None:
+        await super()._rewind(request, now)
+        with self._store.lock:
+            stored = self._space.get(request.session_id)
+            if stored is not None:
+                stored.tokens = deque([request.token], maxlen=TOKENS_KEPT)
+
+
+class TokenOfAnySessionManager(MemorySessionManager, Broken):
+    """A save's token is looked up among the tokens of every session of the namespace."""
+
+    caught_by = frozenset({"test_a_save_token_is_recognised_only_for_its_own_session"})
+
+    def _writable(
+        self, session_id: str, request: SaveRequest | CompactRequest | RewindRequest, now: datetime
+    ) -> _Stored | None:
+        if any(request.token in stored.tokens for stored in self._space.values()):
+            if _live(self._space.get(session_id), now) is None:
+                raise SessionNotFoundError(session_id)
+            return None
+        return super()._writable(session_id, request, now)
+
+
+class _OldestFirst(deque[str]):
+    """A token list that stops taking tokens once full, keeping the oldest."""
+
+    def append(self, token: str) -> None:
+        if len(self) < TOKENS_KEPT:
+            super().append(token)
+
+
+class TokensKeepOldestManager(MemorySessionManager, Broken):
+    """The session's token list keeps its first TOKENS_KEPT tokens, not its last."""
+
+    caught_by = frozenset({"test_the_token_window_holds_the_newest_writes_of_a_long_lived_session"})
+
+    def _writable(
+        self, session_id: str, request: SaveRequest | CompactRequest | RewindRequest, now: datetime
+    ) -> _Stored | None:
+        stored = _live(self._space.get(session_id), now)
+        if stored is not None and not isinstance(stored.tokens, _OldestFirst):
+            stored.tokens = _OldestFirst(stored.tokens)
+        return super()._writable(session_id, request, now)
+
+
+def _delete_user_keeping_archive(
+    conn: sqlite3.Connection, namespace: str, user_id: str, now: int
+) -> int:
+    (live,) = conn.execute(sqlite_sql.COUNT_LIVE_OF_USER, (namespace, user_id, now)).fetchone()
+    conn.execute(sqlite_sql.DELETE_EVENTS_OF_USER, (namespace, namespace, user_id))
+    conn.execute(sqlite_sql.DELETE_SESSIONS_OF_USER, (namespace, user_id))
+    return int(live)
+
+
+def _delete_user_every_archive(
+    conn: sqlite3.Connection, namespace: str, user_id: str, now: int
+) -> int:
+    (live,) = conn.execute(sqlite_sql.COUNT_LIVE_OF_USER, (namespace, user_id, now)).fetchone()
+    conn.execute(sqlite_sql.DELETE_EVENTS_OF_USER, (namespace, namespace, user_id))
+    # The archive's own namespace forgotten: the same ids in every namespace go.
+    conn.execute(
+        "DELETE FROM agentsessions_archive WHERE session_id IN ("
+        "SELECT session_id FROM agentsessions_sessions WHERE namespace = ? AND user_id = ?)",
+        (namespace, user_id),
+    )
+    conn.execute(sqlite_sql.DELETE_SESSIONS_OF_USER, (namespace, user_id))
+    return int(live)
+
+
+class DeleteUserLeavesArchiveManager(SQLiteSessionManager, Broken):
+    """delete_user() deletes the sessions and their events, not their archives."""
+
+    caught_by = frozenset({"test_delete_user_erases_archives_in_its_namespace_only"})
+
+    async def _delete_user(self, user_id: str, now: datetime) -> int:
+        result: Any = await self._writer.write(
+            _delete_user_keeping_archive, self.options.namespace, user_id, to_micros(now)
+        )
+        return int(result)
+
+
+class DeleteUserErasesEveryArchiveManager(SQLiteSessionManager, Broken):
+    """delete_user() erases the archives of the user's session ids in every namespace."""
+
+    caught_by = frozenset({"test_delete_user_erases_archives_in_its_namespace_only"})
+
+    async def _delete_user(self, user_id: str, now: datetime) -> int:
+        result: Any = await self._writer.write(
+            _delete_user_every_archive, self.options.namespace, user_id, to_micros(now)
+        )
+        return int(result)
