@@ -37,6 +37,7 @@ from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.conformance.capabilities import ALL_CAPABILITIES
 from langgraph.checkpoint.conformance.report import CapabilityReport
+from langgraph.types import Command
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
@@ -339,3 +340,48 @@ async def test_writes_stored_before_their_checkpoint_are_pending(manager: Sessio
     assert latest is not None
     assert latest.pending_writes == [("t2", "b", 2), ("t4", "c", 4)]
     assert [t.checkpoint["id"] async for t in saver.alist(config(thread_id))] == [early_id]
+
+
+def _long_thread_ids() -> list[str]:
+    # What users put in thread ids: URLs, composite keys, hashes; past our 255 limit.
+    base = "https://example.com/tenants/acme/users/ada/conversations/" + "x" * 1000
+    return [
+        base[:1000],
+        base[:999] + "y",  # the same first 999 characters: must not collide
+        "lgtid:" + "0" * 64,  # looks like a mapped id: must not name one
+        " ",  # blank, which LangGraph accepts
+    ]
+
+
+async def test_any_thread_id_langgraph_accepts(manager: SessionManager) -> None:
+    saver = AgentSessionsSaver(manager)
+    graph = langgraph_graph.build(saver)
+    threads = [tid + uuid.uuid4().hex if len(tid) > 10 else tid for tid in _long_thread_ids()]
+    threads[1] = threads[0][:-1] + "y"
+    for thread_id in threads:
+        first = await graph.ainvoke({"log": []}, config(thread_id))
+        assert first["__interrupt__"], f"the graph did not pause on thread {thread_id[:40]!r}"
+    for index, thread_id in enumerate(threads):
+        final = await graph.ainvoke(Command(resume=f"yes-{index}"), config(thread_id))
+        assert final["log"] == ["drafted", f"answer:yes-{index}", "discarded"], (
+            f"thread {index} ({len(thread_id)} characters) resumed with another thread's "
+            f"state: {final['log']}"
+        )
+        history = [t async for t in saver.alist(config(thread_id))]
+        assert len(history) >= 4, f"thread {index} lost checkpoints: {len(history)}"
+        assert {t.config["configurable"]["thread_id"] for t in history} == {thread_id}, (
+            "listings must show the thread id as LangGraph gave it"
+        )
+    listed = {t.config["configurable"]["thread_id"] async for t in saver.alist(None)}
+    assert set(threads) <= listed, "alist(None) must list every thread by its own id"
+    # The blocking API and the thread operations take the same ids.
+    state = await asyncio.to_thread(graph.get_state, config(threads[0]))
+    assert state.values["log"][-1] == "discarded"
+    copy = threads[0][:-3] + "cp" + uuid.uuid4().hex
+    await saver.acopy_thread(threads[0], copy)
+    assert [t async for t in saver.alist(config(copy))], "copy_thread lost a long thread"
+    await saver.adelete_thread(threads[0])
+    assert await saver.aget_tuple(config(threads[0])) is None
+    assert await saver.aget_tuple(config(threads[1])) is not None, (
+        "deleting one long thread erased another with the same first 999 characters"
+    )

@@ -12,8 +12,8 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import get_checkpoint_id
 
-from .._errors import InvalidInputError, SessionConflictError, SessionError
-from .._ids import validate_id
+from .._errors import InvalidInputError, InvalidSessionIdError, SessionConflictError, SessionError
+from .._ids import MAX_ID_LENGTH, validate_id
 from .._models import Event
 
 CHECKPOINT_AUTHOR = "checkpoint"
@@ -67,6 +67,8 @@ def _appended(state: dict[str, Any], early_for: str | None) -> None:
 
 
 _ROOT_PREFIX = "lgns:"
+# The stored id of a thread id that is not one of ours as it stands (`thread_owner`).
+_THREAD_PREFIX = "lgtid:"
 
 
 class CheckpointConflictError(SessionConflictError):
@@ -94,10 +96,36 @@ class StoredCheckpointError(SessionError):
     hand, or another tool's session under a LangGraph id)."""
 
 
+def thread_owner(thread_id: str) -> str:
+    """The stored id of *thread_id*: the root namespace's session id and the owner of
+    every session of the thread.
+
+    LangGraph takes any string as a thread id, ours are at most `MAX_ID_LENGTH`
+    characters and never blank: a thread id that is not a usable id as it stands (too
+    long, empty or blank), or that starts with the prefix of the mapped ones (so that
+    no thread id can name another's mapping), is stored as that prefix and the SHA-256
+    of the whole id. The original is kept in every session's state (``thread_id``),
+    which listings report.
+    """
+    if (
+        0 < len(thread_id) <= MAX_ID_LENGTH
+        and not thread_id.isspace()
+        and not thread_id.startswith(_THREAD_PREFIX)
+    ):
+        return validate_id(thread_id, "thread_id")
+    if "\x00" in thread_id:
+        raise InvalidSessionIdError("thread_id must not contain NUL characters")
+    try:
+        data = thread_id.encode()
+    except UnicodeEncodeError:
+        raise InvalidSessionIdError("thread_id holds an unpaired surrogate") from None
+    return f"{_THREAD_PREFIX}{hashlib.sha256(data).hexdigest()}"
+
+
 def namespace_session_id(thread_id: str, checkpoint_ns: str) -> str:
     """The id of the session holding *thread_id*'s checkpoints in *checkpoint_ns*."""
     if checkpoint_ns == "":
-        return thread_id
+        return thread_owner(thread_id)
     digest = hashlib.sha256(f"{thread_id}\0{checkpoint_ns}".encode()).hexdigest()
     return f"{_ROOT_PREFIX}{digest}"
 
@@ -107,7 +135,8 @@ def _config_ids(config: RunnableConfig) -> tuple[str, str | None, str | None]:
     thread_id = configurable.get("thread_id")
     if thread_id is None:
         raise InvalidInputError("config['configurable'] has no 'thread_id'")
-    thread_id = validate_id(str(thread_id), "thread_id")
+    thread_id = str(thread_id)
+    thread_owner(thread_id)  # refuses what no engine can store (NUL, lone surrogates)
     ns = configurable.get("checkpoint_ns")
     if ns is not None and not isinstance(ns, str):
         raise InvalidInputError(f"checkpoint_ns must be a str, not {type(ns).__name__}")

@@ -12,10 +12,12 @@
 The store, per thread and checkpoint namespace (``checkpoint_ns``; ``""`` is the root
 graph, subgraphs have their own), is one agentsessions session owned by the thread:
 
-* its id is the ``thread_id`` for the root namespace, and ``lgns:`` followed by a
-  SHA-256 of thread and namespace for a subgraph's; its ``user_id`` is the
-  ``thread_id``, so `delete_thread` is one ``delete_user`` and a thread's namespaces
-  are one ``list_sessions(user_id=...)``;
+* its id is the ``thread_id`` for the root namespace (``lgtid:`` and a SHA-256 of it
+  for a thread id that is no usable session id as it stands, such as one longer than
+  255 characters: see `thread_owner`), and ``lgns:`` followed by a SHA-256 of thread
+  and namespace for a subgraph's; its ``user_id`` is the same stored thread id, so
+  `delete_thread` is one ``delete_user`` and a thread's namespaces are one
+  ``list_sessions(user_id=...)``;
 * each `put` appends one event (author ``checkpoint``) holding the checkpoint and its
   metadata as LangGraph's serializer wrote them (type and base64 of the bytes: JSON
   for every engine and byte-exact), its id and its parent's id;
@@ -36,9 +38,9 @@ chain: a `put` whose parent this saver read (or wrote) as the thread's newest
 checkpoint lands only if it still is. A `put` from an older checkpoint, as LangGraph's
 time travel and ``update_state`` on a past checkpoint make, forks as LangGraph intends.
 
-Duplicate writes of one ``(task_id, idx)`` are resolved on read as LangGraph's savers
-do: the first stored wins, except for the special channels (errors, interrupts,
-resumes), where the last does. TTL is the manager's ``ttl`` option (a thread expires
+Duplicate writes of one ``(task_id, idx)`` are resolved on read as LangGraph's
+``InMemorySaver`` does: the first stored wins, except for the special channels (errors,
+interrupts, resumes), where the last does. TTL is the manager's ``ttl`` option (a thread expires
 that many seconds after its last write); `prune` with ``keep_latest`` compacts each
 namespace down to its newest checkpoint and that checkpoint's writes.
 
@@ -95,6 +97,7 @@ from ._langgraph_layout import (
     _Namespace,
     _reach_of,
     namespace_session_id,
+    thread_owner,
 )
 from ._shared import finish_despite_cancellation
 
@@ -255,7 +258,7 @@ class AgentSessionsSaver(BlockingSaver):
 
     def _pending(self, events: list[dict[str, Any]]) -> list[tuple[str, str, Any]]:
         # (task_id, idx) -> (task_path, channel, typed value): the first stored wins,
-        # a special channel's (negative idx) last, as in LangGraph's SQL savers.
+        # a special channel's (negative idx) last, as InMemorySaver keeps them (docs/langgraph.md).
         chosen: dict[tuple[str, int], tuple[str, str, Any]] = {}
         for event in events:
             task_id = str(event["task_id"])
@@ -274,7 +277,9 @@ class AgentSessionsSaver(BlockingSaver):
     # -- reads ---------------------------------------------------------------------
 
     async def _load_space(self, thread_id: str, ns: str) -> tuple[Session, _Namespace] | None:
-        session = await self.manager.get(namespace_session_id(thread_id, ns), user_id=thread_id)
+        session = await self.manager.get(
+            namespace_session_id(thread_id, ns), user_id=thread_owner(thread_id)
+        )
         if session is None:
             return None
         contents = [(event.author, event.content) for event in session.events]
@@ -286,7 +291,9 @@ class AgentSessionsSaver(BlockingSaver):
         thread_id, ns, checkpoint_id = _config_ids(config)
         ns = ns or ""
         session_id = namespace_session_id(thread_id, ns)
-        session = await self.manager.get(session_id, user_id=thread_id, last_events=_TAIL)
+        session = await self.manager.get(
+            session_id, user_id=thread_owner(thread_id), last_events=_TAIL
+        )
         if session is None:
             if checkpoint_id is None:
                 self._seen_as_head(thread_id, ns, _ABSENT)
@@ -299,7 +306,9 @@ class AgentSessionsSaver(BlockingSaver):
             return None
         if checkpoint_id is None or checkpoint_id == head:
             if reach > len(session.events) and session.first_event_position > 0:
-                session = await self.manager.get(session_id, user_id=thread_id, last_events=reach)
+                session = await self.manager.get(
+                    session_id, user_id=thread_owner(thread_id), last_events=reach
+                )
                 if session is None:
                     return None
                 if session.state.get("head") != head:  # written in between: read it all
@@ -406,9 +415,10 @@ class AgentSessionsSaver(BlockingSaver):
         """Every LangGraph session of *thread_id* (of every thread when None), loaded
         whole, page by page (bounded by what is stored)."""
         cursor: str | None = None
+        owner = None if thread_id is None else thread_owner(thread_id)
         while True:
             page = await self.manager.list_sessions(
-                user_id=thread_id, limit=MAX_PAGE_SIZE, cursor=cursor
+                user_id=owner, limit=MAX_PAGE_SIZE, cursor=cursor
             )
             for summary in page.items:
                 session = await self.manager.get(summary.session_id)
@@ -537,7 +547,7 @@ class AgentSessionsSaver(BlockingSaver):
         stored = await self.manager.update(
             session_id,
             fn,
-            user_id=thread_id,
+            user_id=thread_owner(thread_id),
             create=True,
             retries=self.retries,
             last_events=0,
@@ -568,22 +578,23 @@ class AgentSessionsSaver(BlockingSaver):
 
     async def adelete_thread(self, thread_id: str) -> None:
         """Erase every checkpoint and write of *thread_id*, in every namespace."""
-        thread_id = validate_id(str(thread_id), "thread_id")
-        await self.manager.delete_user(thread_id)
+        thread_id = str(thread_id)
+        await self.manager.delete_user(thread_owner(thread_id))
         self._forget_thread(thread_id)
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every checkpoint and write of one thread to a new one (each namespace
         copied in one atomic write; `SessionExistsError` if the target has one already)."""
-        source = validate_id(str(source_thread_id), "source_thread_id")
-        target = validate_id(str(target_thread_id), "target_thread_id")
+        source = str(source_thread_id)
+        target = str(target_thread_id)
+        thread_owner(source), thread_owner(target)  # both storable, before any I/O
         async for session in self._sessions(source):
             ns = session.state.get("checkpoint_ns")
             if not isinstance(ns, str):
                 continue
             copy = Session(
                 session_id=namespace_session_id(target, ns),
-                user_id=target,
+                user_id=thread_owner(target),
                 events=list(session.events),
                 state={**session.state, "thread_id": target},
                 created_at=session.created_at,
@@ -597,8 +608,10 @@ class AgentSessionsSaver(BlockingSaver):
         compaction per namespace; ``delete``: erase the threads."""
         if strategy not in _STRATEGIES:
             raise InvalidInputError(f"strategy must be one of {_STRATEGIES}, not {strategy!r}")
-        for raw in thread_ids:
-            thread_id = validate_id(str(raw), "thread_id")
+        threads = [str(raw) for raw in thread_ids]
+        for thread_id in threads:
+            thread_owner(thread_id)  # every id checked before the first is pruned
+        for thread_id in threads:
             if strategy == "delete":
                 await self.adelete_thread(thread_id)
                 continue
