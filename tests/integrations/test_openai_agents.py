@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -106,6 +107,39 @@ async def test_second_run_sees_the_first_runs_items(manager: SessionManager) -> 
     assert record is not None
     assert record.user_id == "ada"
     assert [event.author for event in record.events] == ["user", "assistant"] * 2
+
+
+@pytest.mark.parametrize("kind", ["long", "long-twin", "blank", "prefixed"])
+async def test_any_session_id_the_sdk_accepts(manager: SessionManager, kind: str) -> None:
+    # The SDK takes any string as a session id: a URL past our 255 limit, two such ids
+    # sharing their first 999 characters, a blank one, one that looks like a mapped id.
+    base = "https://example.com/tenants/acme/conversations/" + uuid.uuid4().hex + "x" * 1000
+    session_id = {
+        "long": base[:1000],
+        "long-twin": base[:999] + "y",
+        "blank": " " * 3,
+        "prefixed": "oaid:" + uuid.uuid4().hex,
+    }[kind]
+    twin = base[:999] + "z"
+    model = ScriptedModel(["Hello Ada!", "Your name is Ada.", "Who?"])
+    agent = Agent(name="assistant", model=model)
+    first = AgentSessionsSession(session_id, manager, user_id="ada")
+    await Runner.run(agent, "Hi, I am Ada.", session=first, run_config=NO_TRACING)
+    assert first.session_id == session_id, "the SDK's session id must stay as given"
+    async with manager.with_options() as other_manager:
+        second = AgentSessionsSession(session_id, other_manager, user_id="ada")
+        result = await Runner.run(agent, "What is my name?", session=second, run_config=NO_TRACING)
+    assert result.final_output == "Your name is Ada."
+    assert [text_of(item) for item in model.inputs[1]][:2] == [
+        ("user", "Hi, I am Ada."),
+        ("assistant", "Hello Ada!"),
+    ], f"a second run on session id {session_id[:40]!r}... did not see the first run's items"
+    other = AgentSessionsSession(twin, manager, user_id="ada")
+    assert await other.get_items() == [], (
+        "another session id sharing the first 999 characters read this session's items"
+    )
+    await first.clear_session()
+    assert await AgentSessionsSession(session_id, manager, user_id="ada").get_items() == []
 
 
 async def test_session_settings_limit_bounds_the_history_a_run_reads(
@@ -532,8 +566,12 @@ async def test_bad_items_are_refused_and_nothing_is_written(manager: SessionMana
 
 
 def test_constructor_validates_its_arguments(manager: SessionManager) -> None:
+    # Any string the SDK takes is a session id (test_any_session_id_the_sdk_accepts),
+    # except what no engine stores.
     with pytest.raises(InvalidInputError, match="session_id"):
-        AgentSessionsSession("", manager)
+        AgentSessionsSession("a\x00b", manager)
+    with pytest.raises(InvalidInputError, match="session_id"):
+        AgentSessionsSession(42, manager)  # type: ignore[arg-type]
     with pytest.raises(InvalidInputError, match="user_id"):
         AgentSessionsSession("s", manager, user_id="x" * 256)
     with pytest.raises(InvalidInputError, match="manager"):

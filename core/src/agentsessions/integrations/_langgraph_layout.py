@@ -12,9 +12,9 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import get_checkpoint_id
 
-from .._errors import InvalidInputError, InvalidSessionIdError, SessionConflictError, SessionError
-from .._ids import MAX_ID_LENGTH, validate_id
+from .._errors import InvalidInputError, SessionConflictError, SessionError
 from .._models import Event
+from ._shared import mapped_id
 
 CHECKPOINT_AUTHOR = "checkpoint"
 WRITES_AUTHOR = "writes"
@@ -107,19 +107,7 @@ def thread_owner(thread_id: str) -> str:
     of the whole id. The original is kept in every session's state (``thread_id``),
     which listings report.
     """
-    if (
-        0 < len(thread_id) <= MAX_ID_LENGTH
-        and not thread_id.isspace()
-        and not thread_id.startswith(_THREAD_PREFIX)
-    ):
-        return validate_id(thread_id, "thread_id")
-    if "\x00" in thread_id:
-        raise InvalidSessionIdError("thread_id must not contain NUL characters")
-    try:
-        data = thread_id.encode()
-    except UnicodeEncodeError:
-        raise InvalidSessionIdError("thread_id holds an unpaired surrogate") from None
-    return f"{_THREAD_PREFIX}{hashlib.sha256(data).hexdigest()}"
+    return mapped_id(thread_id, "thread_id", _THREAD_PREFIX)
 
 
 def namespace_session_id(thread_id: str, checkpoint_ns: str) -> str:

@@ -83,6 +83,7 @@ class Branches:
     """The ``AdvancedSQLiteSession`` branching methods, mixed into `AgentSessionsSession`."""
 
     session_id: str
+    _stored_id: str
     user_id: str | None
     manager: SessionManager
     _held: Session | None
@@ -99,8 +100,8 @@ class Branches:
 
     def _session_of(self, branch_id: str) -> str:
         if branch_id == MAIN_BRANCH:
-            return self.session_id
-        return f"{self.session_id}{BRANCH_SEPARATOR}{branch_id}"
+            return self._stored_id
+        return f"{self._stored_id}{BRANCH_SEPARATOR}{branch_id}"
 
     async def _branch_session(self, branch_id: str | None) -> Session | None:
         target = self._branch if branch_id is None else branch_id
@@ -108,8 +109,8 @@ class Branches:
 
     async def _branch_ids(self) -> list[str]:
         """Every branch's session id under ``main`` (the fork tree), ``main``'s first."""
-        prefix = self.session_id + BRANCH_SEPARATOR
-        found = [self.session_id]
+        prefix = self._stored_id + BRANCH_SEPARATOR
+        found = [self._stored_id]
         index = 0
         while index < len(found) and len(found) <= _MAX_BRANCHES:
             cursor: str | None = None
@@ -129,9 +130,9 @@ class Branches:
         return found
 
     def _name_of(self, session_id: str) -> str:
-        if session_id == self.session_id:
+        if session_id == self._stored_id:
             return MAIN_BRANCH
-        return session_id[len(self.session_id) + len(BRANCH_SEPARATOR) :]
+        return session_id[len(self._stored_id) + len(BRANCH_SEPARATOR) :]
 
     async def _switch(self, branch_id: str) -> None:
         self._branch = branch_id
@@ -164,7 +165,7 @@ class Branches:
         for name in candidates:
             new_id = self._session_of(name)
             try:
-                if new_id in (self.session_id, source.session_id):
+                if new_id in (self._stored_id, source.session_id):
                     raise SessionExistsError(new_id)  # main, or the branch forked from
                 await self._fork(source, new_id, index)
             except SessionExistsError:

@@ -1,5 +1,5 @@
-"""What both adapters share: finishing a write even if the caller is cancelled, and
-the retry backoff.
+"""What the adapters share: finishing a write even if the caller is cancelled, the
+retry backoff, and the stored id of a framework's id that is not one of ours.
 
 A framework may cancel the task that is saving (a guardrail trips, a client
 disconnects). A save cancelled half-way leaves the caller unable to tell whether it
@@ -11,12 +11,37 @@ same for its own sessions.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from collections.abc import Awaitable
 from typing import TypeVar
 
+from .._errors import InvalidSessionIdError
+from .._ids import MAX_ID_LENGTH, validate_id
 from .._manager import backoff
 
-__all__ = ["backoff", "finish_despite_cancellation"]
+__all__ = ["backoff", "finish_despite_cancellation", "mapped_id"]
+
+
+def mapped_id(value: object, what: str, prefix: str) -> str:
+    """The session id storing a framework's id *value*, which may be any string.
+
+    A framework takes ids ours refuse (longer than `MAX_ID_LENGTH`, empty, blank): such
+    an id, or one that starts with *prefix* (so that no id can name another's mapping),
+    is stored as *prefix* and the SHA-256 of the whole id; any other id is stored as it
+    is. NUL characters and unpaired surrogates are refused: no engine stores them.
+    """
+    if type(value) is not str:
+        raise InvalidSessionIdError(f"{what} must be a str, not {type(value).__name__}")
+    if 0 < len(value) <= MAX_ID_LENGTH and not value.isspace() and not value.startswith(prefix):
+        return validate_id(value, what)
+    if "\x00" in value:
+        raise InvalidSessionIdError(f"{what} must not contain NUL characters")
+    try:
+        data = value.encode()
+    except UnicodeEncodeError:
+        raise InvalidSessionIdError(f"{what} holds an unpaired surrogate") from None
+    return f"{prefix}{hashlib.sha256(data).hexdigest()}"
+
 
 T = TypeVar("T")
 

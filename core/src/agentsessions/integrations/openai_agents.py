@@ -68,7 +68,7 @@ from .._manager import DEFAULT_UPDATE_RETRIES, SessionManager, validate_id
 from .._models import Event, Session, new_event
 from .._tracking import event_contents, loaded_session
 from ._openai_agents_branches import MAIN_BRANCH, BranchError, Branches
-from ._shared import backoff, finish_despite_cancellation
+from ._shared import backoff, finish_despite_cancellation, mapped_id
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
@@ -76,6 +76,8 @@ if TYPE_CHECKING:
 __all__ = ["AgentSessionsSession", "BranchError", "InvalidItemError", "ItemSerializationError"]
 
 _FALLBACK_AUTHOR = "item"
+# The stored id of an SDK session id that is not one of ours as it stands (`mapped_id`).
+_LONG_PREFIX = "oaid:"
 
 
 def _author_of(item: Mapping[str, object]) -> str:
@@ -121,7 +123,9 @@ class AgentSessionsSession(Branches):
         session_settings: SessionSettings | dict[str, Any] | None = None,
         retries: int = DEFAULT_UPDATE_RETRIES,
     ) -> None:
-        self.session_id = validate_id(session_id)
+        # The SDK takes any string as a session id; the stored one is `_stored_id`.
+        self._stored_id = mapped_id(session_id, "session_id", _LONG_PREFIX)
+        self.session_id = session_id
         self.user_id = None if user_id is None else validate_id(user_id, "user_id")
         if not isinstance(manager, SessionManager):
             raise InvalidInputError(
