@@ -123,7 +123,7 @@ class _Sentinel(Sentinel):
     and the primary reached where the address map says (the Sentinels announce it)."""
 
     def __init__(self, *args: Any, address_map: AddressMap, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call]
+        super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call, unused-ignore]  # typed from redis 8.2
         self.address_map = address_map
 
     async def discover_master(self, service_name: str) -> Any:
