@@ -46,10 +46,23 @@ __all__ = [
 ]
 
 
+def _forks_of(stored: list[_Stored], source_id: str, now: datetime | None) -> list[SessionRecord]:
+    """The records of *source_id*'s forks among *stored*, live at *now* (any when None),
+    newest first: the reference listing, but for what each broken backend changes."""
+    records = [
+        item.record
+        for item in stored
+        if (now is None or _live(item, now) is not None)
+        and item.record.forked_from is not None
+        and item.record.forked_from.session_id == source_id
+    ]
+    records.sort(key=lambda r: (r.created_at, r.session_id), reverse=True)
+    return records
+
+
 def _page(
     records: list[SessionRecord], limit: int, after: tuple[datetime, str] | None
 ) -> list[SessionSummary]:
-    records.sort(key=lambda r: (r.created_at, r.session_id), reverse=True)
     if after is not None:
         records = [r for r in records if (r.created_at, r.session_id) < after]
     return [record.summary() for record in records[:limit]]
@@ -69,15 +82,8 @@ class ForksOfEveryNamespaceManager(MemorySessionManager, Broken):
         now: datetime,
     ) -> list[SessionSummary]:
         with self._store.lock:
-            records = [
-                stored.record
-                for space in self._store.spaces.values()
-                for stored in space.values()
-                if _live(stored, now) is not None
-                and stored.record.forked_from is not None
-                and stored.record.forked_from.session_id == source_id
-            ]
-        return _page(records, limit, after)
+            every = [item for space in self._store.spaces.values() for item in space.values()]
+        return _page(_forks_of(every, source_id, now), limit, after)
 
 
 class ListsExpiredForksManager(MemorySessionManager, Broken):
@@ -94,13 +100,8 @@ class ListsExpiredForksManager(MemorySessionManager, Broken):
         now: datetime,
     ) -> list[SessionSummary]:
         with self._store.lock:
-            records = [
-                stored.record
-                for stored in self._space.values()
-                if stored.record.forked_from is not None
-                and stored.record.forked_from.session_id == source_id
-            ]
-        return _page(records, limit, after)
+            mine = list(self._space.values())
+        return _page(_forks_of(mine, source_id, None), limit, after)
 
 
 class ForkCursorTiesManager(MemorySessionManager, Broken):
@@ -118,14 +119,7 @@ class ForkCursorTiesManager(MemorySessionManager, Broken):
         now: datetime,
     ) -> list[SessionSummary]:
         with self._store.lock:
-            records = [
-                stored.record
-                for stored in self._space.values()
-                if _live(stored, now) is not None
-                and stored.record.forked_from is not None
-                and stored.record.forked_from.session_id == source_id
-            ]
-        records.sort(key=lambda r: (r.created_at, r.session_id), reverse=True)
+            records = _forks_of(list(self._space.values()), source_id, now)
         if after is not None:
             records = [r for r in records if r.created_at < after[0]]
         return [record.summary() for record in records[:limit]]
@@ -214,49 +208,44 @@ class TokensKeepOldestManager(MemorySessionManager, Broken):
         return super()._writable(session_id, request, now)
 
 
-def _delete_user_keeping_archive(
-    conn: sqlite3.Connection, namespace: str, user_id: str, now: int
-) -> int:
-    (live,) = conn.execute(sqlite_sql.COUNT_LIVE_OF_USER, (namespace, user_id, now)).fetchone()
-    conn.execute(sqlite_sql.DELETE_EVENTS_OF_USER, (namespace, namespace, user_id))
-    conn.execute(sqlite_sql.DELETE_SESSIONS_OF_USER, (namespace, user_id))
-    return int(live)
+# The archive statement each broken delete_user runs instead of ours: none at all, or
+# one that forgot the archive's own namespace (the same ids in every namespace go).
+_EVERY_NAMESPACE = (
+    "DELETE FROM agentsessions_archive WHERE session_id IN ("
+    "SELECT session_id FROM agentsessions_sessions WHERE namespace = ? AND user_id = ?)"
+)
 
 
-def _delete_user_every_archive(
-    conn: sqlite3.Connection, namespace: str, user_id: str, now: int
-) -> int:
-    (live,) = conn.execute(sqlite_sql.COUNT_LIVE_OF_USER, (namespace, user_id, now)).fetchone()
-    conn.execute(sqlite_sql.DELETE_EVENTS_OF_USER, (namespace, namespace, user_id))
-    # The archive's own namespace forgotten: the same ids in every namespace go.
-    conn.execute(
-        "DELETE FROM agentsessions_archive WHERE session_id IN ("
-        "SELECT session_id FROM agentsessions_sessions WHERE namespace = ? AND user_id = ?)",
-        (namespace, user_id),
-    )
-    conn.execute(sqlite_sql.DELETE_SESSIONS_OF_USER, (namespace, user_id))
-    return int(live)
+def _delete_user_with(archive_sql: str | None) -> Any:
+    def delete_user(conn: sqlite3.Connection, namespace: str, user_id: str, now: int) -> int:
+        count = sqlite_sql.COUNT_LIVE_OF_USER
+        (live,) = conn.execute(count, (namespace, user_id, now)).fetchone()
+        conn.execute(sqlite_sql.DELETE_EVENTS_OF_USER, (namespace, namespace, user_id))
+        if archive_sql is not None:
+            conn.execute(archive_sql, (namespace, user_id))
+        conn.execute(sqlite_sql.DELETE_SESSIONS_OF_USER, (namespace, user_id))
+        return int(live)
+
+    return delete_user
 
 
-class DeleteUserLeavesArchiveManager(SQLiteSessionManager, Broken):
+class _SQLiteDeleteUser(SQLiteSessionManager):
+    archive_sql: str | None = None
+
+    async def _delete_user(self, user_id: str, now: datetime) -> int:
+        run = _delete_user_with(self.archive_sql)
+        result: Any = await self._writer.write(run, self.options.namespace, user_id, to_micros(now))
+        return int(result)
+
+
+class DeleteUserLeavesArchiveManager(_SQLiteDeleteUser, Broken):
     """delete_user() deletes the sessions and their events, not their archives."""
 
     caught_by = frozenset({"test_delete_user_erases_archives_in_its_namespace_only"})
 
-    async def _delete_user(self, user_id: str, now: datetime) -> int:
-        result: Any = await self._writer.write(
-            _delete_user_keeping_archive, self.options.namespace, user_id, to_micros(now)
-        )
-        return int(result)
 
-
-class DeleteUserErasesEveryArchiveManager(SQLiteSessionManager, Broken):
+class DeleteUserErasesEveryArchiveManager(_SQLiteDeleteUser, Broken):
     """delete_user() erases the archives of the user's session ids in every namespace."""
 
     caught_by = frozenset({"test_delete_user_erases_archives_in_its_namespace_only"})
-
-    async def _delete_user(self, user_id: str, now: datetime) -> int:
-        result: Any = await self._writer.write(
-            _delete_user_every_archive, self.options.namespace, user_id, to_micros(now)
-        )
-        return int(result)
+    archive_sql = _EVERY_NAMESPACE
