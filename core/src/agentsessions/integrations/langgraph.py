@@ -74,7 +74,7 @@ from .._errors import (
     SessionNotFoundError,
 )
 from .._manager import MAX_PAGE_SIZE, SessionManager, validate_id
-from .._models import Event, Session, new_event
+from .._models import Session, new_event
 from .._registry import connect
 from .._sync import _LoopThread
 from .._tracking import mark_loaded
@@ -95,10 +95,10 @@ from ._langgraph_layout import (
     _count,
     _decode_b64,
     _Namespace,
-    _reach_of,
     namespace_session_id,
     thread_owner,
 )
+from ._langgraph_pruning import drop_runs, keep_latest
 from ._shared import finish_despite_cancellation
 
 __all__ = ["AgentSessionsSaver", "CheckpointConflictError", "StoredCheckpointError"]
@@ -616,36 +616,7 @@ class AgentSessionsSaver(BlockingSaver):
                 await self.adelete_thread(thread_id)
                 continue
             async for session in self._sessions(thread_id):
-                await self._keep_latest(session)
-
-    async def _keep_latest(self, session: Session) -> None:
-        for _attempt in range(self.retries + 1):
-            head = session.state.get("head")
-            events = session.events
-            cut = len(events) - _reach_of(events, head)
-            if not cut or cut == len(events):
-                return  # nothing before the newest checkpoint (or no checkpoint)
-            kept = [
-                event
-                for event in events[cut:]
-                if (event.author == CHECKPOINT_AUTHOR and event.content.get("id") == head)
-                or (event.author == WRITES_AUTHOR and event.content.get("checkpoint_id") == head)
-            ]
-            try:
-                if self.manager.capabilities.compaction and len(kept) == len(events) - cut:
-                    await self.manager.compact(session, events[cut - 1].id, [])
-                else:
-                    session.events[:] = kept
-                    session.state["reach"] = len(kept)
-                    session.state["early"] = {}
-                    await self.manager.save(session)
-                return
-            except SessionConflictError:
-                reloaded = await self.manager.get(session.session_id)
-                if reloaded is None:
-                    return
-                session = reloaded
-        raise SessionConflictError(session.session_id, session.version, "prune kept losing races")
+                await keep_latest(self.manager, session, self.retries)
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Erase the checkpoints whose metadata ``run_id`` is one of *run_ids*, and their
@@ -654,53 +625,7 @@ class AgentSessionsSaver(BlockingSaver):
         if not wanted:
             return
         async for session in self._sessions(None):
-            await self._drop_runs(session, wanted)
-
-    async def _drop_runs(self, session: Session, runs: set[str]) -> None:
-        for _attempt in range(self.retries + 1):
-            dropped = {
-                str(event.content.get("id"))
-                for event in session.events
-                if event.author == CHECKPOINT_AUTHOR and event.metadata.get("run_id") in runs
-            }
-            if not dropped:
-                return
-            kept: list[Event] = [
-                event
-                for event in session.events
-                if not (
-                    (event.author == CHECKPOINT_AUTHOR and str(event.content.get("id")) in dropped)
-                    or (
-                        event.author == WRITES_AUTHOR
-                        and str(event.content.get("checkpoint_id")) in dropped
-                    )
-                )
-            ]
-            heads = [
-                (index, event.content.get("id"))
-                for index, event in enumerate(kept)
-                if event.author == CHECKPOINT_AUTHOR
-            ]
-            session.events[:] = kept
-            session.state["early"] = {}
-            if heads:
-                head = heads[-1][1]
-                session.state["head"] = head
-                session.state["reach"] = _reach_of(kept, head)
-            else:
-                session.state.pop("head", None)
-                session.state["reach"] = 1
-            try:
-                await self.manager.save(session)
-                return
-            except SessionConflictError:
-                reloaded = await self.manager.get(session.session_id)
-                if reloaded is None:
-                    return
-                session = reloaded
-        raise SessionConflictError(
-            session.session_id, session.version, "delete_for_runs kept losing races"
-        )
+            await drop_runs(self.manager, session, wanted, self.retries)
 
     def get_next_version(self, current: str | None, channel: None) -> str:
         """Versions as LangGraph's own savers make them: a zero-padded counter and a
