@@ -1,5 +1,6 @@
-"""The LangGraph saver's blocking methods: each runs its async twin on a private event loop
-in one daemon thread, as ``agentsessions.sync`` does."""
+"""The LangGraph saver's blocking methods: each runs its async twin on the saver's private
+event loop, which the calling thread runs itself while its call runs (`DrivenLoop`), so a
+call does not cross to another thread and back."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from langgraph.checkpoint.base import (
     CheckpointTuple,
 )
 
-from .._sync import _LoopThread
+from .._driven import DrivenLoop
 
 T = TypeVar("T")
 
@@ -25,24 +26,21 @@ class BlockingSaver(BaseCheckpointSaver[str]):
     """`BaseCheckpointSaver`'s blocking methods over its async ones; do not call them
     from the saver's own loop."""
 
-    _loop: _LoopThread | None = None
+    _loop: DrivenLoop | None = None
     _loop_lock: threading.Lock
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         with self._loop_lock:
             if self._loop is None:
-                self._loop = _LoopThread("agentsessions-langgraph")
+                self._loop = DrivenLoop()
             loop = self._loop
-        if loop.in_loop_thread():
-            coro.close()
-            raise RuntimeError("the blocking methods cannot be called from the saver's own loop")
         return loop.run(coro)
 
     def _stop_loop(self) -> None:
         with self._loop_lock:
             loop, self._loop = self._loop, None
         if loop is not None:
-            loop.stop()
+            loop.close()
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """Blocking `aget_tuple`."""

@@ -44,7 +44,8 @@ interrupts, resumes), where the last does. TTL is the manager's ``ttl`` option (
 that many seconds after its last write); `prune` with ``keep_latest`` compacts each
 namespace down to its newest checkpoint and that checkpoint's writes.
 
-The blocking methods (`get_tuple`, `put`, ...) run the async ones on a private loop.
+The blocking methods (`get_tuple`, `put`, ...) run the async ones on a private loop that
+the calling thread runs itself for the length of its call.
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from .._driven import DrivenLoop
 from .._errors import (
     InvalidInputError,
     SessionConflictError,
@@ -76,7 +78,6 @@ from .._errors import (
 from .._manager import MAX_PAGE_SIZE, SessionManager, validate_id
 from .._models import Session, new_event
 from .._registry import connect
-from .._sync import _LoopThread
 from .._tracking import mark_loaded
 from ._langgraph_blocking import BlockingSaver
 from ._langgraph_layout import (
@@ -134,7 +135,7 @@ class AgentSessionsSaver(BlockingSaver):
         # Per (thread, namespace): the checkpoint ids this saver read or wrote while they
         # were the newest. A put continuing one of them must find it still the newest.
         self._heads: OrderedDict[tuple[str, str], dict[str, None]] = OrderedDict()
-        self._loop: _LoopThread | None = None
+        self._loop: DrivenLoop | None = None
         self._loop_lock = threading.Lock()
         # Per namespace session: the session as this saver's last read or write of it left
         # it, minus its events (its version and where its events end). The next write
