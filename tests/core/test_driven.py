@@ -117,6 +117,7 @@ def test_a_pending_call_is_taken_over_when_the_running_caller_leaves(driven: Dri
             await asyncio.sleep(0.001)
 
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
+
         def run_slow() -> tuple[int, int]:
             return threading.get_ident(), driven.run(slow_call())
 

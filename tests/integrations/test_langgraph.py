@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -385,3 +385,63 @@ async def test_any_thread_id_langgraph_accepts(manager: SessionManager) -> None:
     assert await saver.aget_tuple(config(threads[1])) is not None, (
         "deleting one long thread erased another with the same first 999 characters"
     )
+
+
+@contextlib.contextmanager
+def recording_calls(manager: SessionManager) -> Iterator[list[str]]:
+    """The manager's calls (by name) while the block runs."""
+    calls: list[str] = []
+    names = ("get", "create", "save", "update", "compact", "list_sessions")
+    for name in names:
+        real = getattr(manager, name)
+
+        def recording(*args: Any, _real: Any = real, _name: str = name, **kwargs: Any) -> Any:
+            calls.append(_name)
+            return _real(*args, **kwargs)
+
+        setattr(manager, name, recording)
+    try:
+        yield calls
+    finally:
+        for name in names:
+            delattr(manager, name)
+
+
+async def test_a_graph_run_is_one_write_per_checkpoint_call(manager: SessionManager) -> None:
+    # LangGraph stores a step's checkpoint while the next step's writes arrive: two
+    # writes of one session in flight at once. They must take turns, each one save of
+    # what the last left, never a refused save and a reload.
+    saver = AgentSessionsSaver(manager)
+    graph = langgraph_graph.build(saver)
+    puts: list[str] = []
+    real_aput, real_aput_writes = saver.aput, saver.aput_writes
+
+    async def counting_aput(*args: Any, **kwargs: Any) -> Any:
+        puts.append("put")
+        return await real_aput(*args, **kwargs)
+
+    async def counting_aput_writes(*args: Any, **kwargs: Any) -> Any:
+        puts.append("put_writes")
+        return await real_aput_writes(*args, **kwargs)
+
+    saver.aput, saver.aput_writes = counting_aput, counting_aput_writes  # type: ignore[method-assign]
+    thread_id = f"run-{uuid.uuid4().hex}"
+    with recording_calls(manager) as calls:
+        first = await graph.ainvoke({"log": []}, config(thread_id))
+    assert first["__interrupt__"]
+    assert calls.count("get") == 1, f"expected one read (the new thread is absent): {calls}"
+    assert calls.count("create") == 1, f"expected the new thread created once: {calls}"
+    assert calls.count("update") == 0, f"expected no load-and-retry write: {calls}"
+    assert calls.count("save") == len(puts), (
+        f"expected one save per put/put_writes ({len(puts)}: {puts}), found {calls}"
+    )
+    puts.clear()
+    with recording_calls(manager) as calls:
+        final = await graph.ainvoke(Command(resume="yes"), config(thread_id))
+    assert final["log"] == ["drafted", "answer:yes", "published"]
+    # Reads: the newest events, then (the paused checkpoint has several writes) as
+    # many as the head's reach: never the history, never a load before a write.
+    assert calls.count("get") <= 2 and calls.count("update") == 0, (
+        f"expected at most two reads and no load-and-retry write when resuming: {calls}"
+    )
+    assert calls.count("save") == len(puts), f"expected one save per call of {puts}: {calls}"

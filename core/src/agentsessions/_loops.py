@@ -6,7 +6,8 @@ different loop", or worse. `PerLoop` gives each event loop its own connection re
 opened lazily on that loop's first call and released on that loop, gracefully, when the
 loop shuts down (``asyncio.run`` and ``asyncio.Runner`` finalise async generators
 before closing the loop, and `PerLoop` hooks in there). `LoopLock` is a lock that any
-loop in any thread may wait on, where an ``asyncio.Lock`` belongs to one loop.
+loop in any thread may wait on, where an ``asyncio.Lock`` belongs to one loop;
+`KeyedLoopLock`, one such lock per key.
 """
 
 from __future__ import annotations
@@ -15,12 +16,12 @@ import asyncio
 import collections
 import contextlib
 import threading
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Generic, TypeVar
 
-__all__ = ["LoopLock", "PerLoop"]
+__all__ = ["KeyedLoopLock", "LoopLock", "PerLoop"]
 
 T = TypeVar("T")
 
@@ -107,6 +108,35 @@ class LoopLock:
         tb: TracebackType | None,
     ) -> None:
         self.release()
+
+
+class KeyedLoopLock:
+    """A `LoopLock` per key, made on first use and dropped when nobody holds or awaits
+    it: ``async with locks.hold(key):`` excludes every other holder of *key*."""
+
+    def __init__(self) -> None:
+        self._mutex = threading.Lock()
+        self._locks: dict[Hashable, tuple[LoopLock, list[int]]] = {}
+
+    def __len__(self) -> int:
+        """How many keys are held or awaited now."""
+        return len(self._locks)
+
+    @contextlib.asynccontextmanager
+    async def hold(self, key: Hashable) -> AsyncIterator[None]:
+        with self._mutex:
+            entry = self._locks.get(key)
+            if entry is None:
+                entry = self._locks[key] = (LoopLock(), [0])
+            entry[1][0] += 1
+        try:
+            async with entry[0]:
+                yield
+        finally:
+            with self._mutex:
+                entry[1][0] -= 1
+                if not entry[1][0]:
+                    del self._locks[key]
 
 
 @dataclass(eq=False)

@@ -73,8 +73,10 @@ from .._driven import DrivenLoop
 from .._errors import (
     InvalidInputError,
     SessionConflictError,
+    SessionExistsError,
     SessionNotFoundError,
 )
+from .._loops import KeyedLoopLock
 from .._manager import MAX_PAGE_SIZE, SessionManager, validate_id
 from .._models import Session, new_event
 from .._registry import connect
@@ -142,6 +144,10 @@ class AgentSessionsSaver(BlockingSaver):
         # appends to it and saves, one round trip instead of a load and a save. Taken out
         # while a write uses it, so two concurrent writes never share it.
         self._held: OrderedDict[str, Session] = OrderedDict()
+        # The namespace sessions this saver last read as absent (a new thread's first
+        # write creates instead of loading), and whose write is in flight.
+        self._absent: OrderedDict[str, bool] = OrderedDict()
+        self._writing = KeyedLoopLock()
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> AgentSessionsSaver:
@@ -209,6 +215,7 @@ class AgentSessionsSaver(BlockingSaver):
         for key in [key for key in self._heads if key[0] == thread_id]:
             del self._heads[key]
             self._held.pop(namespace_session_id(*key), None)
+            self._absent.pop(namespace_session_id(*key), None)
 
     # -- encoding ------------------------------------------------------------------
 
@@ -298,6 +305,9 @@ class AgentSessionsSaver(BlockingSaver):
         if session is None:
             if checkpoint_id is None:
                 self._seen_as_head(thread_id, ns, _ABSENT)
+            self._absent[session_id] = True
+            if len(self._absent) > _HEADS_KEPT:
+                self._absent.popitem(last=False)
             return None
         head = session.state.get("head")
         reach = session.state.get("reach", 1)
@@ -533,6 +543,16 @@ class AgentSessionsSaver(BlockingSaver):
 
     async def _append(self, thread_id: str, ns: str, fn: Callable[[Session], None]) -> None:
         session_id = namespace_session_id(thread_id, ns)
+        # One write at a time per namespace session in this saver: LangGraph runs a put
+        # and the next step's put_writes concurrently, and two saves of one session
+        # would refuse each other (version check) and reload. In turn, each appends to
+        # the session as the last one left it: one round trip each.
+        async with self._writing.hold(session_id):
+            await self._append_in_turn(thread_id, session_id, fn)
+
+    async def _append_in_turn(
+        self, thread_id: str, session_id: str, fn: Callable[[Session], None]
+    ) -> None:
         held = self._held.pop(session_id, None)
         if held is not None:
             fn(held)  # may raise CheckpointConflictError from what this saver last saw
@@ -543,6 +563,22 @@ class AgentSessionsSaver(BlockingSaver):
             else:
                 self._hold(held)
                 return
+        elif self._absent.pop(session_id, False):
+            # This saver just read it as absent (a new thread): create it, then append,
+            # instead of a load that would find nothing first.
+            try:
+                created = await self.manager.create(session_id, user_id=thread_owner(thread_id))
+            except SessionExistsError:
+                pass  # another writer created it since: load and check below
+            else:
+                fn(created)
+                try:
+                    await self.manager.save(created)
+                except (SessionConflictError, SessionNotFoundError):
+                    pass
+                else:
+                    self._hold(created)
+                    return
         # An append needs none of the history (last_events=0): its cost does not grow
         # with the thread.
         stored = await self.manager.update(
