@@ -71,7 +71,7 @@ async def test_an_encrypted_fork_is_sealed_for_its_own_id() -> None:
     manager = MemorySessionManager(_named())
     manager.encryption = make_keyring()
     async with manager:
-        source = await manager.create("src", "ada", state={"secret": "s3"})
+        source = await manager.create("src", "ada", state={"secret": "top secret!"})
         for index in range(4):
             source.add_event("user", f"secret {index}")
         await manager.save(source)
@@ -79,10 +79,10 @@ async def test_an_encrypted_fork_is_sealed_for_its_own_id() -> None:
         fork = await manager.get("fork")
         assert fork is not None
         assert [e.content for e in fork.events] == ["secret 0", "secret 1"]
-        assert fork.state == {"secret": "s3"}
+        assert fork.state == {"secret": "top secret!"}
         stored = manager._store.spaces[""]["fork"]
         assert all(MARKER in text and "secret" not in text for text in stored.events)
-        assert "s3" not in stored.record.state
+        assert "top secret!" not in stored.record.state
         # What a naive copy of the source's ciphertexts would store does not open as the
         # fork's: the reason an encrypted fork seals again instead of copying.
         stored.events[:] = manager._store.spaces[""]["src"].events[:2]
