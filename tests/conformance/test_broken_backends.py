@@ -22,7 +22,8 @@ import uuid
 import pytest
 import pytest_asyncio
 from agentsessions import MemorySessionManager
-from agentsessions_conformance import SessionManagerTests, memory_inventory, sqlite_inventory
+from agentsessions_conformance import SessionManagerTests, memory_inventory
+from agentsessions_sqlite._conformance import sqlite_inventory
 from agentsessions_sqlite import SQLiteSessionManager
 
 from conformance.broken import BROKEN, REFERENCES

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._clock import FrozenClock
 from ._faults import WRITE_HOOKS, LostReplies, lost_replies
-from ._inventory import Inventory, memory_inventory, sqlite_inventory
+from ._inventory import Inventory, memory_inventory
 from ._plugins import (
     INVENTORY_GROUP,
     InventoryHook,
@@ -23,6 +23,7 @@ from ._plugins import (
     WireRouteHook,
     find_inventory,
     find_wire_route,
+    find_write_lock,
     hookimpl,
 )
 from ._proxy import FaultProxy, ProxyMode
@@ -62,11 +63,11 @@ __all__ = [
     "WireRouteHook",
     "find_inventory",
     "find_wire_route",
+    "find_write_lock",
     "hookimpl",
     "lost_replies",
     "memory_inventory",
     "run",
-    "sqlite_inventory",
 ]
 
 

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    import sqlite3
-
     from agentsessions import SessionManager
 
-__all__ = ["Inventory", "memory_inventory", "sqlite_inventory"]
+__all__ = ["Inventory", "memory_inventory"]
 
 
 @dataclass(frozen=True)
@@ -52,39 +50,3 @@ def memory_inventory(manager: SessionManager, session_id: str) -> Inventory:
         return Inventory(
             records=1, events=list(range(len(stored.events))), archived=len(stored.archive)
         )
-
-
-def _sqlite_rows(conn: sqlite3.Connection, namespace: str, session_id: str) -> Inventory:
-    key = (namespace, session_id)
-    (records,) = conn.execute(
-        "SELECT count(*) FROM agentsessions_sessions WHERE namespace = ? AND session_id = ?", key
-    ).fetchone()
-    # Relative to the session's first position (moved by compactions); orphans of an
-    # erased session count from 0.
-    first = conn.execute(
-        "SELECT first_position FROM agentsessions_sessions WHERE namespace = ? AND session_id = ?",
-        key,
-    ).fetchone()
-    base = first[0] if first else 0
-    rows = conn.execute(
-        "SELECT position FROM agentsessions_events WHERE namespace = ? AND session_id = ?", key
-    ).fetchall()
-    (archived,) = conn.execute(
-        "SELECT count(*) FROM agentsessions_archive WHERE namespace = ? AND session_id = ?", key
-    ).fetchone()
-    return Inventory(
-        records=records, events=[position - base for (position,) in rows], archived=archived
-    )
-
-
-async def sqlite_inventory(manager: SessionManager, session_id: str) -> Inventory:
-    """`Inventory` of the SQLite backend, by plain SQL on its tables."""
-    from agentsessions_sqlite import SQLiteSessionManager
-
-    if not isinstance(manager, SQLiteSessionManager):
-        raise TypeError(f"sqlite_inventory needs a SQLiteSessionManager, not {manager!r}")
-    await manager.open()
-    # Through the manager's own connection: a :memory: database exists nowhere else.
-    writer: Any = manager._writer
-    result: Inventory = await writer.call(_sqlite_rows, manager.options.namespace, session_id)
-    return result

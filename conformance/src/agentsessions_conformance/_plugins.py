@@ -5,7 +5,10 @@ naming a light module that implements `agentsessions_conformance_inventory` (mar
 `hookimpl`): given an opened manager, it returns the backend's `InventoryHook` when the
 manager is one of its own, else None. URL mode asks every registered module and uses the
 first answer, so ``agentsessions conformance URL`` runs the storage clauses on any
-installed backend without adopter code. The kit registers memory and SQLite itself.
+installed backend without adopter code. A file engine's module may also implement
+`agentsessions_conformance_write_lock` (how another process holds its write lock), and a
+multi-host one `agentsessions_conformance_wire_route`. The kit registers memory itself;
+SQLite registers through its distribution like every other backend.
 """
 
 from __future__ import annotations
@@ -26,8 +29,10 @@ __all__ = [
     "InventoryHook",
     "WireRoute",
     "WireRouteHook",
+    "WriteLock",
     "find_inventory",
     "find_wire_route",
+    "find_write_lock",
     "hookimpl",
     "hookspec",
 ]
@@ -43,6 +48,9 @@ InventoryHook = Callable[["SessionManager", str], Awaitable["Inventory"]]
 #: port per server (in that order) to the URL that reaches them all through the proxies;
 #: or why there is none (a string).
 WireRoute = tuple[list[tuple[str, int]], Callable[[list[int]], str]] | str
+#: A process holding a file engine's write lock: its command and the manager options
+#: setting the engine's lock wait; or why there is none (a string).
+WriteLock = tuple[list[str], dict[str, Any]] | str
 #: ``async (opened manager) -> WireRoute``: how the wire clauses put a proxy before every
 #: server of a deployment whose clients follow addresses the servers announce.
 WireRouteHook = Callable[["SessionManager"], Awaitable[WireRoute]]
@@ -54,19 +62,29 @@ class _Specs:
         """*manager*'s storage inventory if it is this plugin's backend, else None."""
 
     @hookspec(firstresult=True)
+    def agentsessions_conformance_write_lock(
+        self, manager: SessionManager, lock_wait: float
+    ) -> WriteLock | None:
+        """For a file engine of this plugin's: the command of a process that holds
+        *manager*'s write lock (printing one line once it does, keeping it until its
+        stdin closes) and the manager options that set the engine's lock wait to
+        *lock_wait* seconds; or why no process can (a string); None if *manager* is
+        not this plugin's backend."""
+
+    @hookspec(firstresult=True)
     def agentsessions_conformance_wire_route(self, manager: SessionManager) -> WireRouteHook | None:
         """How to route *manager*'s traffic through the kit's fault proxies, if this
         plugin's backend needs more than the URL's hosts rewritten, else None."""
 
 
 class _Builtin:
-    """The backends the kit knows itself: memory (core) and SQLite."""
+    """The backend the kit knows itself: memory (core's)."""
 
     @hookimpl(trylast=True)
     def agentsessions_conformance_inventory(self, manager: SessionManager) -> InventoryHook | None:
         from agentsessions import MemorySessionManager
 
-        from ._inventory import memory_inventory, sqlite_inventory
+        from ._inventory import memory_inventory
 
         if isinstance(manager, MemorySessionManager):
 
@@ -74,10 +92,6 @@ class _Builtin:
                 return memory_inventory(manager, session_id)
 
             return memory
-        # By module name: SQLite's backend need not be installed to run the kit.
-        kinds = type(manager).__mro__
-        if any(kind.__module__.startswith("agentsessions_sqlite") for kind in kinds):
-            return sqlite_inventory
         return None
 
 
@@ -100,6 +114,14 @@ def find_inventory(manager: SessionManager) -> InventoryHook | None:
     """The registered storage inventory for *manager*'s backend, or None if none is."""
     hook: Any = _plugins().hook.agentsessions_conformance_inventory
     found: InventoryHook | None = hook(manager=manager)
+    return found
+
+
+def find_write_lock(manager: SessionManager, lock_wait: float) -> WriteLock | None:
+    """The registered write-lock holder for *manager*'s file engine (or why there is
+    none), or None if no installed distribution registers one for its backend."""
+    hook: Any = _plugins().hook.agentsessions_conformance_write_lock
+    found: WriteLock | None = hook(manager=manager, lock_wait=lock_wait)
     return found
 
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import agentsessions
 import pytest
 from agentsessions import SessionManager
-from agentsessions_conformance import Inventory, SessionManagerTests, sqlite_inventory
+from agentsessions_conformance import Inventory, SessionManagerTests
+from agentsessions_sqlite._conformance import sqlite_inventory
 from encryption_params import make_keyring
 
 

@@ -3,16 +3,16 @@
 The analogue, for an engine that is a file, of the frozen server on the wire: another
 process takes the database's write lock and keeps it. Every write must then give up
 within the engine's own lock wait (SQLite's ``busy_timeout``), not the call's whole
-deadline, write nothing, and work again once the lock is gone. The kit knows how to
-hold a SQLite file's lock; an adopter overrides `FileLockTests.write_lock_holder` for
-another file engine, or the clause skips with the reason.
+deadline, write nothing, and work again once the lock is gone. How to hold the lock is
+the engine's distribution's to say (the ``agentsessions_conformance_write_lock`` hook,
+which SQLite's implements); an adopter may instead override
+`FileLockTests.write_lock_holder`, or the clause skips with the reason.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from agentsessions import BackendUnavailableError, Session, SessionManager
 
+from .._plugins import find_write_lock
 from ._base import SuiteBase
 
 #: The lock wait the clause sets, and what a write may take beyond it.
@@ -29,36 +30,22 @@ SLACK = 1.0
 #: for its deadline instead of the lock wait is told apart.
 DEADLINE = 10.0
 
-# Takes SQLite's write lock (BEGIN IMMEDIATE), says so, and keeps it until stdin closes.
-_SQLITE_HOLDER = """
-import sqlite3, sys
-conn = sqlite3.connect(sys.argv[1], isolation_level=None)
-conn.execute("BEGIN IMMEDIATE")
-print("locked", flush=True)
-sys.stdin.read()
-conn.execute("ROLLBACK")
-"""
-
-
-def _sqlite_holder(manager: SessionManager) -> tuple[list[str], dict[str, Any]] | str:
-    try:
-        from agentsessions_sqlite import SQLiteSessionManager
-    except ImportError:
-        return "not a file engine the kit knows (override write_lock_holder)"
-    if not isinstance(manager, SQLiteSessionManager):
-        return "not a file engine the kit knows (override write_lock_holder)"
-    if manager.in_memory:
-        return "sqlite:///:memory: lives inside this process: no other process can lock it"
-    command = [sys.executable, "-c", _SQLITE_HOLDER, manager.path]
-    return command, {"busy_timeout": LOCK_WAIT, "timeout": DEADLINE}
-
 
 class FileLockTests(SuiteBase):
     def write_lock_holder(self, manager: SessionManager) -> tuple[list[str], dict[str, Any]] | str:
         """The command of a process that takes *manager*'s write lock (printing one line
         once it holds it, keeping it until its stdin closes) and the options that set
         the engine's lock wait to `LOCK_WAIT` seconds; or why there is none (a skip)."""
-        return _sqlite_holder(manager)
+        found = find_write_lock(manager, LOCK_WAIT)
+        if found is None:
+            return (
+                "no installed distribution registers a write lock for this backend "
+                "(agentsessions_conformance_write_lock; or override write_lock_holder)"
+            )
+        if isinstance(found, str):
+            return found
+        command, options = found
+        return command, {**options, "timeout": DEADLINE}
 
     @contextlib.asynccontextmanager
     async def _lock_held(self, command: list[str]) -> AsyncIterator[None]:
