@@ -52,6 +52,21 @@ class DrivenLoop:
             )
         if running is not None:
             return _in_helper_thread(lambda: self.run(coro))
+        with self._turn:
+            idle = self._driver is None and not self._closed
+            if idle:
+                self._driver = threading.get_ident()
+        if idle:  # nobody runs the loop: run it here, for this call and whatever comes
+            task = self.loop.create_task(coro)
+            try:
+                return self.loop.run_until_complete(task)
+            except BaseException:
+                task.cancel()  # KeyboardInterrupt, say: the call stops with its caller
+                raise
+            finally:
+                with self._turn:
+                    self._driver = None
+                    self._turn.notify_all()
         future = asyncio.run_coroutine_threadsafe(coro, self.loop)
         future.add_done_callback(self._wake)
         try:
