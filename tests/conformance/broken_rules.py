@@ -1,4 +1,5 @@
-"""Broken backends for the cross-cutting rules on branching and save tokens (issue 43).
+"""Broken backends for the cross-cutting rules on branching and save tokens, and for the
+layout boundaries (issue 43).
 
 Each is one realistic bug that passed the whole kit before `_tests_newops_rules`; its
 ``caught_by`` names the clauses that must now fail on it. They join `broken.BROKEN`.
@@ -25,6 +26,7 @@ from agentsessions.backend import (
     RewindRequest,
     SaveRequest,
     SessionRecord,
+    decode_events,
     to_micros,
 )
 from agentsessions_sqlite import SQLiteSessionManager
@@ -33,6 +35,7 @@ from agentsessions_sqlite import _statements as sqlite_sql
 from conformance.broken import Broken
 
 __all__ = [
+    "ArchiveSlicesOverlapManager",
     "DeleteUserErasesEveryArchiveManager",
     "DeleteUserLeavesArchiveManager",
     "ForkCursorTiesManager",
@@ -41,6 +44,7 @@ __all__ = [
     "ListsExpiredForksManager",
     "RewindIgnoresLineageManager",
     "RewindResetsTokensManager",
+    "TailBucketOffByOneManager",
     "TokenOfAnySessionManager",
     "TokensKeepOldestManager",
 ]
@@ -249,3 +253,49 @@ class DeleteUserErasesEveryArchiveManager(_SQLiteDeleteUser, Broken):
 
     caught_by = frozenset({"test_delete_user_erases_archives_in_its_namespace_only"})
     archive_sql = _EVERY_NAMESPACE
+
+
+# -- layout boundaries ---------------------------------------------------------------------
+
+#: The events of one bucket of the staged bucket layout.
+_BUCKET = 64
+
+
+class TailBucketOffByOneManager(MemorySessionManager, Broken):
+    """Buckets of 64 events, located one event too far: a tail read that starts at a
+    bucket's last event starts at the next bucket instead, and misses that event."""
+
+    caught_by = frozenset({"test_reads_of_every_boundary_size_return_exactly_those_events"})
+
+    async def _load(self, session_id: str, last_events: int | None, now: datetime) -> Any:
+        loaded = await super()._load(session_id, None if last_events else last_events, now)
+        if loaded is None or not last_events:
+            return loaded
+        with self._store.lock:
+            stored = self._space[session_id]
+            start = max(0, len(stored.events) - last_events)
+            if start % _BUCKET == _BUCKET - 1:
+                start += 1
+            texts = stored.events[start:]
+        return replace(loaded, events=decode_events(texts))
+
+
+class ArchiveSlicesOverlapManager(MemorySessionManager, Broken):
+    """archived_events reads the archive in slices of 1,000 whose bounds overlap by one:
+    past 1,000 archived events, an event comes back twice."""
+
+    caught_by = frozenset(
+        {
+            "test_compactions_cut_at_every_boundary_keep_and_archive_exactly",
+            "test_rewinds_cut_at_every_boundary_drop_exactly_the_tail",
+        }
+    )
+
+    async def _archived(self, session_id: str, now: datetime) -> list[str]:
+        whole = await super()._archived(session_id, now)
+        texts: list[str] = []
+        start = 0
+        while start < len(whole):
+            texts += whole[start : start + 1000]
+            start += 999  # the next slice starts at this one's last event
+        return texts

@@ -23,6 +23,7 @@ from ._tests_history import HistoryTests
 from ._tests_ids import IdTests
 from ._tests_input import InputTests
 from ._tests_isolation import IsolationTests
+from ._tests_layout_sizes import LayoutBoundaryTests
 from ._tests_lifecycle import LifecycleTests
 from ._tests_listing import ListingTests
 from ._tests_loops import LoopTests
@@ -67,6 +68,7 @@ class SessionManagerTests(
     NewOpsRuleTests,
     NewOpsNamespaceTests,
     NewOpsExpiryTests,
+    LayoutBoundaryTests,
     CompactionTests,
     BranchingTests,
     RestoreTests,
