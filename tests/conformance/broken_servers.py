@@ -118,12 +118,39 @@ class SQLiteLockAsDeadline(SQLiteSessionManager):
     )
 
 
+class PostgresForkWithoutLock(PostgresSessionManager):
+    """fork() reads the source's row without FOR SHARE: at READ COMMITTED a save that
+    commits between that read and the copy of the events mixes two versions. (The read
+    also naps 20 ms inside its statement, as a slow server would: the window shows.)"""
+
+    caught_by: ClassVar[frozenset[str]] = frozenset(
+        {"test_a_fork_racing_saves_is_one_version_of_its_source"}
+    )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        locked = self._sql.fork_source
+        assert "FOR SHARE" in locked, "the fork's source read changed: update this backend"
+        unlocked = locked.replace("FOR SHARE", "").replace(
+            f"FROM {self._sql_schema()}.agentsessions_sessions",
+            f"FROM {self._sql_schema()}.agentsessions_sessions, (SELECT pg_sleep(0.02)) AS nap",
+        )
+        assert unlocked != locked.replace("FOR SHARE", ""), "the nap was not added"
+        self._sql = dataclasses.replace(self._sql, fork_source=unlocked)
+
+    def _sql_schema(self) -> str:
+        from agentsessions_postgres._schema import quote_ident
+
+        return quote_ident(self.options.schema)
+
+
 #: Name -> broken manager class; name -> the real class it breaks.
 BROKEN_SERVERS: dict[str, type[Any]] = {
     cls.__name__: cls
     for cls in (
         RedisSaveWithoutTokenCheck,
         PostgresSaveResentOnItsOwn,
+        PostgresForkWithoutLock,
         MongoPublishWithoutVersionFilter,
         SQLiteLockAsDeadline,
     )

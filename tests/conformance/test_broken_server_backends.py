@@ -45,7 +45,7 @@ def suite(name, cls, url_of):
 
 
 def url_of(name):
-    kind = name.split("Save")[0].split("Publish")[0].split("Lock")[0]
+    kind = next(k for k in ("SQLite", "Postgres", "Redis", "Mongo") if name.startswith(k))
     if kind == "SQLite":
         return lambda tmp_path: f"sqlite:///{tmp_path / 'kit.db'}"
     return lambda tmp_path: URLS[kind]

@@ -1,5 +1,6 @@
-"""Atomicity and races of compaction and restore: a concurrent reader sees each whole or
-not at all, and of racing compactions or restores of one session exactly one lands.
+"""Atomicity and races of compaction, restore and fork: a concurrent reader sees each
+whole or not at all, of racing compactions or restores of one session exactly one lands,
+and a fork racing saves of its source is one version of it.
 
 The same standard `_tests_concurrency` holds create and save to, across two managers
 on one store when the backend is ``shared``.
@@ -25,6 +26,9 @@ from ._tests_ttl import PAST_TTL, TTL
 CONTENDERS = 10
 #: Most read rounds of a racing reader (it stops as soon as the writer is done).
 READ_ROUNDS = 5_000
+#: Saves of the source while forks of it are made; most forks made meanwhile.
+FORK_RACE_SAVES = 60
+FORK_RACE_FORKS = 200
 
 
 def _summary(text: str) -> Event:
@@ -230,3 +234,69 @@ class NewOpsRaceTests(SuiteBase):
         found = await self.inventory(managers[0], sid)
         assert found.archived == 0, f"storage holds an archive for a restored session: {found}"
         await self.check_positions(managers[0], sid, len(winner.events))
+
+    async def test_a_fork_racing_saves_is_one_version_of_its_source(
+        self, manager: SessionManager
+    ) -> None:
+        """Forks made while saves of the source land, each save changing the state and
+        rewriting events together (the last event replaced, two appended): every fork
+        holds exactly the events and the state of one stored version of the source, the
+        version its forked_from names ("one atomic step copying one consistent
+        snapshot")."""
+        self.require(manager, "branching")
+        source = await manager.create(self.new_id("src"), state={"n": 0})
+        for index in range(6):
+            source.add_event("user", {"save": 0, "i": index})
+        await manager.save(source)
+        versions = {source.version: (dict(source.state), [e.content for e in source.events])}
+        forker = await self.variant(manager) if manager.capabilities.shared else manager
+        done = asyncio.Event()
+
+        async def write() -> None:
+            try:
+                for n in range(1, FORK_RACE_SAVES + 1):
+                    source.events.pop()  # rewritten, not only appended: a copy of the
+                    source.add_event("user", {"save": n, "i": "replaced"})  # events must
+                    source.add_event("user", {"save": n, "i": "a"})  # match the state's
+                    source.state = {"n": n, "events": len(source.events) + 1}  # version
+                    source.add_event("user", {"save": n, "i": "b"})
+                    await manager.save(source)
+                    versions[source.version] = (
+                        dict(source.state),
+                        [e.content for e in source.events],
+                    )
+                    await asyncio.sleep(0)
+            finally:
+                done.set()
+
+        async def fork() -> list[str]:
+            made: list[str] = []
+            for _ in range(FORK_RACE_FORKS):
+                fork_id = self.new_id("fork")
+                await forker.fork(source.session_id, fork_id)
+                made.append(fork_id)
+                if done.is_set():
+                    break
+            return made
+
+        _, made = await asyncio.gather(write(), fork())
+        problems = []
+        for fork_id in made:
+            copy = await self.readback(manager, fork_id)
+            assert copy is not None, f"fork {fork_id!r} vanished after fork() returned"
+            origin = copy.forked_from
+            assert origin is not None, f"fork {fork_id!r} has no forked_from"
+            expected = versions.get(origin.version)
+            found = (copy.state, [e.content for e in copy.events])
+            if expected != found:
+                problems.append(
+                    f"{fork_id}: forked_from version {origin.version}, holding state "
+                    f"{copy.state} and {len(copy.events)} events whose last is "
+                    f"{found[1][-1] if found[1] else None}; that version holds "
+                    f"{expected[0] if expected else 'nothing we saved'}"
+                )
+        assert not problems, (
+            f"fork() racing {FORK_RACE_SAVES} saves of its source must copy one version of "
+            f"it, events and state together, the version forked_from names; "
+            f"{len(problems)} of {len(made)} forks did not: {problems[:3]}"
+        )
