@@ -134,10 +134,11 @@ def test_kit_catches_the_broken_server_backend(broken_run: Run, backend: str) ->
     assert set(outcomes) == set(expected), broken_run.output[-3000:]
     missed = {name for name, seen in outcomes.items() if not seen & {"failed", "error"}}
     assert not missed, f"the kit did not catch {backend} on {sorted(missed)}"
-    # Each failure is reported under the clause that caught it.
+    # Each failure is reported under the clause that caught it (of a clause parametrised
+    # over the operations, the cases that failed: the others pass on this backend too).
     assert broken_run.report is not None
     for clause in broken_run.report["clauses"]:
-        if clause["suite"].endswith(f"::Test{backend}"):
+        if clause["suite"].endswith(f"::Test{backend}") and clause["outcome"] != "passed":
             assert clause["clause"], clause
             assert f"Test{backend}::{clause['test']}" in broken_run.output
 

@@ -24,6 +24,7 @@ import pytest
 from agentsessions import (
     BackendTimeoutError,
     BackendUnavailableError,
+    Event,
     Session,
     SessionConflictError,
     SessionManager,
@@ -32,12 +33,35 @@ from agentsessions import (
 from .._plugins import find_wire_route
 from .._proxy import FaultProxy, ProxyMode
 from ._base import SuiteBase
+from ._tests_restore import _exported
 
 #: The deadline of the managers that talk through the proxy, in seconds.
 WIRE_TIMEOUT = 1.0
 #: What a call may take beyond its deadline before the kit calls it hung.
 SLACK = 1.0
 _WARM_UP_TRIES = 3
+#: Every public operation, as the clauses parametrised over them name it.
+OPERATIONS = [
+    "create",
+    "get",
+    "get(last_events)",
+    "save",
+    "update",
+    "list_sessions",
+    "list_sessions(user_id)",
+    "list_sessions(forked_from)",
+    "archived_events",
+    "fork",
+    "rewind",
+    "compact",
+    "restore",
+    "delete",
+    "delete_user",
+    "purge_expired",
+]
+#: Operations an engine may answer without its server: an engine that expires data
+#: itself has nothing to purge.
+ANSWERABLE_WITHOUT_SERVER = {"purge_expired"}
 
 
 def _target(manager: SessionManager) -> tuple[list[tuple[str, int]], str] | str:
@@ -349,6 +373,115 @@ class WireFaultTests(SuiteBase):
                 BackendUnavailableError,
                 WIRE_TIMEOUT,
             )
+
+    async def _every_operation(
+        self, manager: SessionManager, wired: SessionManager, operation: str
+    ) -> Callable[[], Any]:
+        """What *operation* does through *wired*, set up (while traffic flows) so that it
+        would succeed: a stored session of 6 events, owned, and a loaded copy of it."""
+        needs = {
+            "list_sessions(forked_from)": "branching",
+            "fork": "branching",
+            "rewind": "branching",
+            "compact": "compaction",
+            "archived_events": "compaction",
+        }
+        if operation in needs:
+            self.require(manager, needs[operation])
+        owner = self.new_user()
+        session = await wired.create(self.new_id(), owner, state={"n": 1})
+        for index in range(6):
+            session.add_event("user", f"event {index}")
+        await wired.save(session)
+        session_id = session.session_id
+        export = _exported(self.new_id(), owner)
+
+        def append(current: Session) -> None:
+            current.add_event("user", "during the fault")
+
+        def save() -> Any:
+            session.add_event("user", "during the fault")
+            return wired.save(session)
+
+        calls: dict[str, Callable[[], Any]] = {
+            "create": lambda: wired.create(self.new_id()),
+            "get": lambda: wired.get(session_id),
+            "get(last_events)": lambda: wired.get(session_id, last_events=2),
+            "save": save,
+            "update": lambda: wired.update(session_id, append),
+            "list_sessions": lambda: wired.list_sessions(limit=5),
+            "list_sessions(user_id)": lambda: wired.list_sessions(user_id=owner, limit=5),
+            "list_sessions(forked_from)": lambda: wired.list_sessions(
+                forked_from=session_id, limit=5
+            ),
+            "archived_events": lambda: wired.archived_events(session_id),
+            "fork": lambda: wired.fork(session_id, self.new_id("fork")),
+            "rewind": lambda: wired.rewind(session, session.events[2].id),
+            "compact": lambda: wired.compact(
+                session, session.events[1].id, [Event(author="summarizer", content="s")]
+            ),
+            "restore": lambda: wired.restore(export),
+            "delete": lambda: wired.delete(session_id),
+            "delete_user": lambda: wired.delete_user(owner),
+            "purge_expired": lambda: wired.purge_expired(),
+        }
+        return calls[operation]
+
+    @pytest.mark.parametrize("operation", OPERATIONS)
+    async def test_wire_frozen_server_every_operation_ends_at_its_deadline(
+        self, manager: SessionManager, operation: str
+    ) -> None:
+        """Against a frozen server each public operation raises BackendTimeoutError
+        within its timeout + 1 s: never hangs, never answers as if the store were empty
+        (purge_expired may also end at once with nothing to purge, on an engine that
+        expires data itself)."""
+        async with self.through_proxy(manager) as (proxy, wired):
+            call = await self._every_operation(manager, wired, operation)
+            proxy.mode = ProxyMode.FREEZE
+            await self._expect_outcome(
+                f"{operation} against a frozen server", call(), BackendTimeoutError, operation
+            )
+
+    @pytest.mark.parametrize("operation", OPERATIONS)
+    async def test_wire_outage_every_operation_raises_backend_unavailable(
+        self, manager: SessionManager, operation: str
+    ) -> None:
+        """With every connection to the server reset (an outage), each public operation
+        raises BackendUnavailableError within its timeout + 1 s: a read never returns
+        None, an empty page or an empty archive instead ("the rule: an outage is an
+        error, never an answer"; purge_expired may end at once, as above)."""
+        async with self.through_proxy(manager) as (proxy, wired):
+            call = await self._every_operation(manager, wired, operation)
+            proxy.mode = ProxyMode.RESET
+            await self._expect_outcome(
+                f"{operation} during an outage", call(), BackendUnavailableError, operation
+            )
+
+    async def _expect_outcome(
+        self, what: str, call: Any, kind: type[BaseException], operation: str
+    ) -> None:
+        started = time.monotonic()
+        try:
+            answer = await _bounded(call, WIRE_TIMEOUT + 10, what)
+        except kind:
+            took = time.monotonic() - started
+            assert took <= WIRE_TIMEOUT + SLACK, (
+                f"{what} raised {kind.__name__} only after {took:.1f} s; its deadline "
+                f"was {WIRE_TIMEOUT:g} s (the rule: every call ends at its deadline)"
+            )
+            return
+        except BackendUnavailableError as exc:
+            pytest.fail(
+                f"{what} raised {type(exc).__name__}, expected {kind.__name__}: {exc}",
+                pytrace=False,
+            )
+        if operation in ANSWERABLE_WITHOUT_SERVER:
+            return
+        pytest.fail(
+            f"{what} returned {answer!r} instead of raising {kind.__name__}: with no "
+            "server to ask, no answer is the store's (the rule: an outage is an error)",
+            pytrace=False,
+        )
 
 
 async def _warm_up(manager: SessionManager) -> None:
