@@ -268,7 +268,7 @@ class TailBucketOffByOneManager(MemorySessionManager, Broken):
     caught_by = frozenset({"test_reads_of_every_boundary_size_return_exactly_those_events"})
 
     async def _load(self, session_id: str, last_events: int | None, now: datetime) -> Any:
-        loaded = await super()._load(session_id, None if last_events else last_events, now)
+        loaded = await super()._load(session_id, last_events, now)
         if loaded is None or not last_events:
             return loaded
         with self._store.lock:

@@ -64,9 +64,7 @@ class DrivenLoop:
                 task.cancel()  # KeyboardInterrupt, say: the call stops with its caller
                 raise
             finally:
-                with self._turn:
-                    self._driver = None
-                    self._turn.notify_all()
+                self._leave()
         future = asyncio.run_coroutine_threadsafe(coro, self.loop)
         future.add_done_callback(self._wake)
         try:
@@ -75,6 +73,12 @@ class DrivenLoop:
             future.cancel()  # KeyboardInterrupt, say: the call stops with its caller
             raise
         return future.result()
+
+    def _leave(self) -> None:
+        """Stop running the loop here, and let a waiting caller take it over."""
+        with self._turn:
+            self._driver = None
+            self._turn.notify_all()
 
     def _wake(self, _future: object) -> None:
         with self._turn:
@@ -94,9 +98,7 @@ class DrivenLoop:
             try:
                 self.loop.run_until_complete(waiter)
             finally:
-                with self._turn:
-                    self._driver = None
-                    self._turn.notify_all()
+                self._leave()
 
     def close(self) -> None:
         """Cancel what is still running, release per-loop resources in the loop (as
@@ -115,9 +117,7 @@ class DrivenLoop:
             else:
                 self._shut_down()
         finally:
-            with self._turn:
-                self._driver = None
-                self._turn.notify_all()
+            self._leave()
 
     def _shut_down(self) -> None:
         loop = self.loop

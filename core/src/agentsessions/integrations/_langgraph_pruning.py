@@ -3,6 +3,8 @@ checkpoints of some runs, each in one version-checked write retried after a lost
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from .._errors import SessionConflictError
 from .._manager import SessionManager
 from .._models import Event, Session
@@ -12,7 +14,7 @@ __all__ = ["drop_runs", "keep_latest"]
 
 
 async def keep_latest(manager: SessionManager, session: Session, retries: int) -> None:
-    for _attempt in range(retries + 1):
+    async def step(session: Session) -> None:
         head = session.state.get("head")
         events = session.events
         cut = len(events) - _reach_of(events, head)
@@ -24,27 +26,21 @@ async def keep_latest(manager: SessionManager, session: Session, retries: int) -
             if (event.author == CHECKPOINT_AUTHOR and event.content.get("id") == head)
             or (event.author == WRITES_AUTHOR and event.content.get("checkpoint_id") == head)
         ]
-        try:
-            if manager.capabilities.compaction and len(kept) == len(events) - cut:
-                await manager.compact(session, events[cut - 1].id, [])
-            else:
-                session.events[:] = kept
-                session.state["reach"] = len(kept)
-                session.state["early"] = {}
-                await manager.save(session)
-            return
-        except SessionConflictError:
-            reloaded = await manager.get(session.session_id)
-            if reloaded is None:
-                return
-            session = reloaded
-    raise SessionConflictError(session.session_id, session.version, "prune kept losing races")
+        if manager.capabilities.compaction and len(kept) == len(events) - cut:
+            await manager.compact(session, events[cut - 1].id, [])
+        else:
+            session.events[:] = kept
+            session.state["reach"] = len(kept)
+            session.state["early"] = {}
+            await manager.save(session)
+
+    await _retried(manager, session, retries, "prune", step)
 
 
 async def drop_runs(
     manager: SessionManager, session: Session, runs: set[str], retries: int
 ) -> None:
-    for _attempt in range(retries + 1):
+    async def step(session: Session) -> None:
         dropped = {
             str(event.content.get("id"))
             for event in session.events
@@ -63,28 +59,36 @@ async def drop_runs(
                 )
             )
         ]
-        heads = [
-            (index, event.content.get("id"))
-            for index, event in enumerate(kept)
-            if event.author == CHECKPOINT_AUTHOR
-        ]
+        heads = [event.content.get("id") for event in kept if event.author == CHECKPOINT_AUTHOR]
         session.events[:] = kept
         session.state["early"] = {}
         if heads:
-            head = heads[-1][1]
-            session.state["head"] = head
-            session.state["reach"] = _reach_of(kept, head)
+            session.state["head"] = heads[-1]
+            session.state["reach"] = _reach_of(kept, heads[-1])
         else:
             session.state.pop("head", None)
             session.state["reach"] = 1
+        await manager.save(session)
+
+    await _retried(manager, session, retries, "delete_for_runs", step)
+
+
+async def _retried(
+    manager: SessionManager,
+    session: Session,
+    retries: int,
+    what: str,
+    step: Callable[[Session], Awaitable[None]],
+) -> None:
+    """*step* (one version-checked write, or none if nothing is to change), reloading the
+    session and trying again after a lost race, at most *retries* times."""
+    for _attempt in range(retries + 1):
         try:
-            await manager.save(session)
+            await step(session)
             return
         except SessionConflictError:
             reloaded = await manager.get(session.session_id)
             if reloaded is None:
                 return
             session = reloaded
-    raise SessionConflictError(
-        session.session_id, session.version, "delete_for_runs kept losing races"
-    )
+    raise SessionConflictError(session.session_id, session.version, f"{what} kept losing races")
