@@ -6,6 +6,8 @@ import json
 import os
 from pathlib import Path
 
+from agentsessions_conformance._suite._tests_wire import OPERATIONS
+
 from conformance._run import (
     STORAGE_CLAUSES,
     TESTS_DIR,
@@ -118,6 +120,14 @@ def test_url_mode_runs_whole_suite_on_memory(tmp_path: Path) -> None:
         "test_wire_one_lost_reply_update_applies_fn_once",
         "test_wire_refused_connection_is_backend_unavailable",
         "test_file_lock_held_by_another_process_fails_writes_within_the_wait",
+        *(
+            f"{clause}[{operation}]"
+            for clause in (
+                "test_wire_frozen_server_every_operation_ends_at_its_deadline",
+                "test_wire_outage_every_operation_raises_backend_unavailable",
+            )
+            for operation in OPERATIONS
+        ),
     }
     errors = {
         "test_wrong_password_is_backend_authentication_error",
