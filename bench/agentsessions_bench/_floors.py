@@ -469,12 +469,27 @@ class MySQLFloor(_Floor):
             "autocommit": True,
         }
         self._pool_size = pool_size
+        # At most pool_size connections, as our store's pool: throughput compares the
+        # code, not how many connections each may open.
+        self._slots = asyncio.Semaphore(pool_size)
         self._idle: list[Any] = []
 
     async def _conn(self) -> Any:
         import asyncmy  # type: ignore[import-untyped,unused-ignore]
 
-        return self._idle.pop() if self._idle else await asyncmy.connect(**self._args)
+        await self._slots.acquire()
+        try:
+            return self._idle.pop() if self._idle else await asyncmy.connect(**self._args)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def _put(self, connection: Any, *, broken: bool = False) -> None:
+        self._slots.release()
+        if broken:
+            connection.close()
+        else:
+            self._idle.append(connection)
 
     async def _run(self, sql: str, args: Sequence[Any] = (), *, fetch: bool = False) -> Any:
         connection = await self._conn()
@@ -483,9 +498,9 @@ class MySQLFloor(_Floor):
                 await cursor.execute(sql, args or None)
                 rows = await cursor.fetchall() if fetch else None
         except BaseException:
-            connection.close()
+            self._put(connection, broken=True)
             raise
-        self._idle.append(connection)
+        self._put(connection)
         return rows
 
     async def open(self) -> None:
@@ -503,6 +518,9 @@ class MySQLFloor(_Floor):
                 " sid VARBINARY(255) NOT NULL, pos INT NOT NULL,"
                 " data LONGBLOB NOT NULL, PRIMARY KEY (sid, pos)) ENGINE=InnoDB"
             )
+            held = [await self._conn() for _ in range(self._pool_size)]  # opened up front
+            for connection in held:
+                self._put(connection)
         except OSError as exc:
             raise StoreUnavailable(f"MySQL unreachable: {exc}") from exc
 
@@ -539,9 +557,9 @@ class MySQLFloor(_Floor):
                 for _ in range(2):  # the update's and the commit's results
                     await cursor.nextset()
         except BaseException:
-            connection.close()
+            self._put(connection, broken=True)
             raise
-        self._idle.append(connection)
+        self._put(connection)
 
     async def create(self, session_id: str, history: int, batch: int = BULK_BATCH) -> None:
         await self._run("INSERT INTO floor_sessions VALUES (%s, 0, 0)", (session_id,))

@@ -163,6 +163,7 @@ class Link:
         self._raw: sqlite3.Connection = conn._conn
         self._queue = conn._tx
         self.running: _Job | None = None  # the job in the thread right now
+        self.in_flight = 0  # calls submitted and not yet returned to their callers
 
     async def _submit(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` in the connection thread; its result in the caller's loop."""
@@ -187,6 +188,7 @@ class Link:
         return await future
 
     async def _execute(self, job: _Job, fn: Callable[..., T], *args: Any) -> list[T]:
+        self.in_flight += 1
         try:
             return cast(list[T], await self._submit(_boxed, job, self, fn, *args))
         except asyncio.CancelledError:
@@ -194,6 +196,8 @@ class Link:
             if self.running is job:
                 self._raw.interrupt()  # thread-safe; only the statement of this job
             raise
+        finally:
+            self.in_flight -= 1
 
     def _budget(self) -> float:
         return self._remaining(self._busy_timeout)

@@ -3,8 +3,12 @@
 Every operation is one transaction run in one hop on a connection's thread (see
 `_connection`). A file-backed manager holds two connections: the writer, for every
 write, and a reader, so that loads and listings never queue behind a write (WAL lets
-them read the last committed snapshot while a write is in progress). A ``:memory:``
-database exists only inside its one connection, so that connection does everything.
+them read the last committed snapshot while a write is in progress). A read goes to
+the writer when the writer has nothing in flight: SQLite drops a connection's page
+cache whenever another connection changed the file, so the reader would read again
+from the file what the writer, having just written it, still holds in its cache. A
+``:memory:`` database exists only inside its one connection, so that connection does
+everything.
 """
 
 from __future__ import annotations
@@ -485,6 +489,11 @@ class SQLiteSessionManager(SessionManager):
         deadline, and the call's own deadline cuts it shorter still (see `Link`)."""
         return min(self.options.busy_timeout, self.options.timeout)
 
+    def _reading(self) -> Link:
+        """The connection a read runs on: the writer when it is idle (its cache is warm
+        with what it wrote), else the reader, so that no read waits behind a write."""
+        return self._writer if self._writer.in_flight == 0 else self._reader
+
     # -- lifecycle ----------------------------------------------------------------------
 
     async def _open(self) -> None:
@@ -566,7 +575,7 @@ class SQLiteSessionManager(SessionManager):
     async def _load(
         self, session_id: str, last_events: int | None, now: datetime
     ) -> LoadedSession | None:
-        return await self._reader.read(
+        return await self._reading().read(
             _load,
             self.options.namespace,
             session_id,
@@ -578,7 +587,7 @@ class SQLiteSessionManager(SessionManager):
     async def _load_since(
         self, session_id: str, event_count: int, lineage: str, now: datetime
     ) -> LoadedSession | None:
-        return await self._reader.read(
+        return await self._reading().read(
             _load_since,
             self._ns,
             session_id,
@@ -609,12 +618,12 @@ class SQLiteSessionManager(SessionManager):
         now: datetime,
     ) -> list[SessionSummary]:
         position = None if after is None else (to_micros(after[0]), after[1])
-        return await self._reader.call(
+        return await self._reading().call(
             _list_forks, self._ns, source_id, user_id, limit, position, to_micros(now)
         )
 
     async def _archived(self, session_id: str, now: datetime) -> list[str]:
-        texts: list[str] = await self._reader.read(
+        texts: list[str] = await self._reading().read(
             _archived, self.options.namespace, session_id, to_micros(now)
         )
         return texts
@@ -633,7 +642,7 @@ class SQLiteSessionManager(SessionManager):
         now: datetime,
     ) -> list[SessionSummary]:
         position = None if after is None else (to_micros(after[0]), after[1])
-        return await self._reader.call(_list, self._ns, user_id, limit, position, to_micros(now))
+        return await self._reading().call(_list, self._ns, user_id, limit, position, to_micros(now))
 
     async def _purge_expired(self, now: datetime) -> int:
         return await self._writer.write(_purge_expired, self._ns, to_micros(now))
