@@ -81,6 +81,7 @@ from ._schema import (
     list_statement,
     migration_lock_name,
     snapshot_read,
+    unpack_record,
 )
 from ._wire import INSERT_BUDGET, Batch, code, execute, fetch, lost, snapshot_sets
 
@@ -485,12 +486,23 @@ class MySQLSessionManager(SessionManager):
         live = (*key, to_micros(now))
         if last_events == 0:
             return _loaded(await self._read(STATEMENTS.load_record, live), [])
+        # One statement first; no rows (absent, expired, or no events) or a record not
+        # on the first row (never, unless the stored positions have a gap) take the
+        # two-select load, which tells those apart.
         if last_events is None:
-            record, events = await self._snapshot(_LOAD_ALL, (*live, *key))
+            rows = await self._read(STATEMENTS.joined_all, live)
         else:
-            record, events = await self._snapshot(_LOAD_LAST, (*live, *key, last_events))
+            rows = await self._read(STATEMENTS.joined_last, (*live, last_events))
+        if rows and rows[0][0] is not None:
+            record = decode_record(unpack_record(key[1], rows[0][0]))
+            ordered = rows if last_events is None else reversed(rows)
+            return LoadedSession(record, decode_events([bytes(row[1]) for row in ordered]))
+        if last_events is None:
+            record_rows, events = await self._snapshot(_LOAD_ALL, (*live, *key))
+        else:
+            record_rows, events = await self._snapshot(_LOAD_LAST, (*live, *key, last_events))
             events.reverse()
-        return _loaded(record, events)
+        return _loaded(record_rows, events)
 
     async def _load_since(
         self, session_id: str, event_count: int, lineage: str, now: datetime

@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, fields
 from functools import lru_cache
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from agentsessions.backend import TOKENS_KEPT
 
@@ -41,6 +41,7 @@ __all__ = [
     "list_statement",
     "snapshot_read",
     "migration_lock_name",
+    "unpack_record",
 ]
 
 
@@ -140,6 +141,52 @@ def migration_lock_name(database: str) -> str:
 
 
 _LIVE = "namespace = %s AND session_id = %s AND (expires_at IS NULL OR expires_at > %s)"
+
+
+_LIVE_S = "s.namespace = %s AND s.session_id = %s AND (s.expires_at IS NULL OR s.expires_at > %s)"
+#: A session row as one binary string: a header of comma-separated numbers, "-" for
+#: NULL (version, created, updated, event count, expiry, fork version, then the byte
+#: lengths of the owner, state, lineage, fork source and fork event), "|", then those
+#: five values back to back. `unpack_record` reads it.
+_PACKED = (
+    "CONCAT(CONCAT_WS(',', s.version, s.created_at, s.updated_at, s.event_count, "
+    "IFNULL(s.expires_at, '-'), IFNULL(s.fork_version, '-'), IFNULL(LENGTH(s.user_id), '-'), "
+    "LENGTH(s.state), LENGTH(s.lineage), IFNULL(LENGTH(s.fork_source), '-'), "
+    "IFNULL(LENGTH(s.fork_event), '-')), '|', IFNULL(s.user_id, ''), s.state, s.lineage, "
+    "IFNULL(s.fork_source, ''), IFNULL(s.fork_event, ''))"
+)
+
+
+def unpack_record(session_id: bytes, packed: bytes) -> tuple[Any, ...]:
+    """A `_PACKED` session row as `Statements.load_record` returns it."""
+    head, _, body = bytes(packed).partition(b"|")
+    version, created, updated, count, expires, fork_version, *lengths = head.split(b",")
+    values: list[bytes | None] = []
+    at = 0
+    for length in lengths:
+        if length == b"-":
+            values.append(None)
+        else:
+            end = at + int(length)
+            values.append(body[at:end])
+            at = end
+    if len(values) != 5 or at != len(body):
+        raise ValueError(f"a packed session row does not add up: header {head!r}")
+    user, state, lineage, fork_source, fork_event = values
+    return (
+        session_id,
+        user,
+        state,
+        int(version),
+        int(created),
+        int(updated),
+        None if expires == b"-" else int(expires),
+        int(count),
+        lineage,
+        fork_source,
+        None if fork_version == b"-" else int(fork_version),
+        fork_event,
+    )
 
 
 @dataclass(frozen=True)
@@ -290,6 +337,25 @@ class Statements:
         SELECT data FROM agentsessions_events
         WHERE namespace = %s AND session_id = %s ORDER BY position DESC LIMIT %s
     """
+    # -- load in ONE statement (its own snapshot, no transaction): the events joined to
+    # the live session row, the record packed (`_PACKED`) on the row of the first event
+    # returned and NULL on the others. A session without events returns no rows, as an
+    # absent one does: the caller then runs the two-select load above. The flag is one
+    # IF per row, not one per record column: the server evaluates it on every row. --
+    # ns, id, now
+    joined_all: str = """
+        SELECT IF(e.position = s.first_position, {_PACKED}, NULL), e.data
+        FROM agentsessions_sessions s JOIN agentsessions_events e
+          ON e.namespace = s.namespace AND e.session_id = s.session_id
+        WHERE {_LIVE_S} ORDER BY e.position
+    """
+    # ns, id, now, last_events: newest first (reversed by the caller)
+    joined_last: str = """
+        SELECT IF(e.position = s.first_position + s.event_count - 1, {_PACKED}, NULL), e.data
+        FROM agentsessions_sessions s JOIN agentsessions_events e
+          ON e.namespace = s.namespace AND e.session_id = s.session_id
+        WHERE {_LIVE_S} ORDER BY e.position DESC LIMIT %s
+    """
     # lineage, count, count, ns, id: the events after the caller's copy while the
     # lineage is unchanged, else all of them (SessionManager._load_since).
     events_since: str = """
@@ -332,6 +398,8 @@ def _filled() -> Statements:
     statement holds a literal with white space in it)."""
     marks = {
         "{_LIVE}": _LIVE,
+        "{_LIVE_S}": _LIVE_S,
+        "{_PACKED}": _PACKED,
         "{_TOKENS_BYTES}": str(TOKENS_KEPT * TOKEN_BYTES),
     }
     filled = {}
