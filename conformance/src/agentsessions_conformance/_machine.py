@@ -107,6 +107,17 @@ async def _forget(manager: SessionManager) -> None:
         await manager.delete(session_id)
 
 
+def _differing(got: Session, want: Session) -> str:
+    """The fields in which the backend's copy and the model's differ, for a failure message."""
+    mine, model = got.model_dump(), want.model_dump()
+    fields = [
+        f"{name}: backend {mine.get(name)!r:.160}, model {model.get(name)!r:.160}"
+        for name in sorted(set(mine) | set(model))
+        if mine.get(name) != model.get(name)
+    ]
+    return "; ".join(fields[:4]) or "no field differs"
+
+
 def _same(got: tuple[str, Any], want: tuple[str, Any], what: str) -> None:
     if want[0] == "raised":
         assert got[0] == "raised" and issubclass(got[1], want[1]), (
@@ -299,7 +310,11 @@ def _machine(config: MachineConfig) -> type[RuleBasedStateMachine]:
                     f"{got_copy.version}, was not refused as stale (the backend gave {got[1]!r})"
                 )
             _same(got, want, what)
-            assert got_copy.model_dump() == want_copy.model_dump()
+            assert got_copy.model_dump() == want_copy.model_dump(), (
+                f"{what}: save() must update the caller's copy (version, timestamps, events) "
+                "exactly as the reference model updates its own; they differ in "
+                f"{_differing(got_copy, want_copy)}"
+            )
 
         @precondition(lambda self: bool(self.held) and config.compaction)
         @rule(
@@ -328,8 +343,12 @@ def _machine(config: MachineConfig) -> type[RuleBasedStateMachine]:
                 )
 
             got, want = config.call(pair())
-            _same(got, want, f"compact({got_copy.session_id!r}, through {through!r})")
-            assert got_copy.model_dump() == want_copy.model_dump()
+            what = f"compact({got_copy.session_id!r}, through {through!r})"
+            _same(got, want, what)
+            assert got_copy.model_dump() == want_copy.model_dump(), (
+                f"{what}: compact() must update the caller's copy exactly as the reference "
+                f"model updates its own; they differ in {_differing(got_copy, want_copy)}"
+            )
 
         @precondition(lambda self: config.branching)
         @rule(
@@ -383,8 +402,12 @@ def _machine(config: MachineConfig) -> type[RuleBasedStateMachine]:
                 ), await _attempt(self.reference.rewind(want_copy, through, archive=archive))
 
             got, want = config.call(pair())
-            _same(got, want, f"rewind({got_copy.session_id!r}, through {through!r})")
-            assert got_copy.model_dump() == want_copy.model_dump()
+            what = f"rewind({got_copy.session_id!r}, through {through!r})"
+            _same(got, want, what)
+            assert got_copy.model_dump() == want_copy.model_dump(), (
+                f"{what}: rewind() must update the caller's copy exactly as the reference "
+                f"model updates its own; they differ in {_differing(got_copy, want_copy)}"
+            )
 
         @rule(
             session_id=st.sampled_from(IDS),
@@ -431,7 +454,11 @@ def _machine(config: MachineConfig) -> type[RuleBasedStateMachine]:
             got, want = config.call(run())
             what = f"save ({edit}) of {got_copy.session_id!r}, reply lost={landed}, retried"
             _same(got, want, what)
-            assert got_copy.model_dump() == want_copy.model_dump()
+            assert got_copy.model_dump() == want_copy.model_dump(), (
+                f"{what}: a save() retried after a lost reply must leave the caller's copy "
+                "exactly as one save leaves the reference model's; they differ in "
+                f"{_differing(got_copy, want_copy)}"
+            )
 
         @rule(
             op=st.sampled_from(["create", "restore", "delete", "compact"]),
@@ -473,7 +500,10 @@ def _machine(config: MachineConfig) -> type[RuleBasedStateMachine]:
                     return manager.restore(exported.model_copy(deep=True))
                 if op == "delete":
                     return manager.delete(session_id)
-                assert pair is not None
+                assert pair is not None, (
+                    "write_reply_lost(op='compact') reached the compaction without a held "
+                    "(backend copy, model copy) pair: the rule should have returned earlier"
+                )
                 copy = pair[1] if manager is self.reference else pair[0]
                 return manager.compact(copy, through, summary, archive=True)
 

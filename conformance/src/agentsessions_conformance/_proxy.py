@@ -114,7 +114,7 @@ class FaultProxy:
         self.accepted += 1
         self._writers.add(writer)
         task = asyncio.current_task()
-        assert task is not None
+        assert task is not None, "a connection handler runs in a task: asyncio started it"
         self._tasks.add(task)
         upstream: asyncio.StreamWriter | None = None
         try:

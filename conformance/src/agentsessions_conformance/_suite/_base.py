@@ -307,7 +307,10 @@ class SuiteBase:
             session.add_event("user", f"e{index}")
         await manager.save(session)
         loaded = await manager.get(session_id)
-        assert loaded is not None
+        assert loaded is not None, (
+            f"get({session_id!r}) returned None right after create() and save() of a session "
+            f"with {count} events: a session just saved must be found"
+        )
         return loaded
 
 

@@ -31,18 +31,30 @@ class ConcurrencyTests(SuiteBase):
         unexpected = [r for r in results if not isinstance(r, Session | SessionExistsError)]
         assert not unexpected, f"unexpected outcomes: {unexpected[:3]!r}"
         assert len(winners) == 1, f"{len(winners)} of {CONTENDERS} concurrent creates succeeded"
-        assert len(losers) == CONTENDERS - 1
+        assert len(losers) == CONTENDERS - 1, (
+            f"of {CONTENDERS} concurrent create({session_id!r}) calls, every one but the winner "
+            f"must raise SessionExistsError: expected {CONTENDERS - 1}, found {len(losers)}"
+        )
         stored = await self.readback(managers[0], session_id)
-        assert stored is not None
+        assert stored is not None, (
+            f"get({session_id!r}) (read-back) returned None after {CONTENDERS} concurrent "
+            "creates: the winner's session must be stored"
+        )
         assert stored.state == winners[0].state, "the stored session is not the winner's"
-        assert stored.version == 1
+        assert stored.version == 1, (
+            f"a session created by one of {CONTENDERS} concurrent create() calls must be stored "
+            f"at version 1 (the losers must not write): found version {stored.version}"
+        )
 
     async def _race_saves(self, managers: list[SessionManager]) -> None:
         base = await self.session_with_events(managers[0], 2)
         copies = []
         for i in range(CONTENDERS):
             copy = await managers[i % len(managers)].get(base.session_id)
-            assert copy is not None
+            assert copy is not None, (
+                f"get({base.session_id!r}) returned None for copy {i}: a session just saved "
+                "must be found"
+            )
             copy.add_event("user", f"writer {i}")
             copy.state["writer"] = i
             copies.append(copy)
@@ -57,15 +69,28 @@ class ConcurrencyTests(SuiteBase):
         ]
         assert not unexpected, f"unexpected outcomes: {unexpected[:3]!r}"
         assert len(landed) == 1, f"{len(landed)} of {CONTENDERS} concurrent saves landed"
-        assert len(conflicts) == CONTENDERS - 1
+        assert len(conflicts) == CONTENDERS - 1, (
+            f"of {CONTENDERS} concurrent save() calls of copies at one version, every one but "
+            f"the winner must raise SessionConflictError: expected {CONTENDERS - 1}, found "
+            f"{len(conflicts)}"
+        )
         winner = copies[landed[0]]
         stored = await self.readback(managers[0], base.session_id)
-        assert stored is not None
+        assert stored is not None, (
+            f"get({base.session_id!r}) (read-back) returned None after {CONTENDERS} concurrent "
+            "saves: the session must still be stored"
+        )
         assert [e.id for e in stored.events] == [e.id for e in winner.events], (
             "stored events are not exactly the winner's"
         )
-        assert stored.state == {"writer": landed[0]}
-        assert stored.version == base.version + 1
+        assert stored.state == {"writer": landed[0]}, (
+            "after concurrent save() calls, the stored state must be the one winner's: "
+            f"expected {{'writer': {landed[0]}}}, read back {stored.state!r}"
+        )
+        assert stored.version == base.version + 1, (
+            f"of {CONTENDERS} concurrent saves at version {base.version} exactly one landed, so "
+            f"the stored version must be {base.version + 1}: found {stored.version}"
+        )
         await self.check_positions(managers[0], base.session_id, 3)
 
     async def test_concurrent_creates_exactly_one_wins(self, manager: SessionManager) -> None:
@@ -102,11 +127,23 @@ class ConcurrencyTests(SuiteBase):
 
         await asyncio.gather(*(append(i) for i in range(CONTENDERS)))
         stored = await self.readback(manager, session_id)
-        assert stored is not None
+        assert stored is not None, (
+            f"get({session_id!r}) (read-back) returned None after {CONTENDERS} concurrent "
+            "update() calls: the session must still be stored"
+        )
         assert sorted(e.content for e in stored.events) == sorted(
             f"w{i}" for i in range(CONTENDERS)
+        ), (
+            f"{CONTENDERS} concurrent update() calls from two managers, each appending one "
+            f"event, must leave every event exactly once: expected w0..w{CONTENDERS - 1}, "
+            f"found {len(stored.events)} events: "
+            f"{sorted(str(e.content) for e in stored.events)[:8]!r}"
         )
-        assert len({e.id for e in stored.events}) == CONTENDERS
+        assert len({e.id for e in stored.events}) == CONTENDERS, (
+            f"{CONTENDERS} concurrent update() calls must leave {CONTENDERS} events with "
+            f"distinct ids: found {len({e.id for e in stored.events})} distinct ids among "
+            f"{len(stored.events)} events"
+        )
 
     async def test_reader_never_sees_half_a_save(self, manager: SessionManager) -> None:
         """A reader racing saves (appends, truncations, rewrites, state changes) always sees
@@ -142,7 +179,10 @@ class ConcurrencyTests(SuiteBase):
             for _ in range(5_000):
                 for tail in (None, 2):
                     seen = await reader.get(session_id, last_events=tail)
-                    assert seen is not None
+                    assert seen is not None, (
+                        f"get({session_id!r}, last_events={tail}) returned None while saves "
+                        "raced it: a stored session must stay visible between its versions"
+                    )
                     reads += 1
                     contents = seen.state["contents"]
                     expected = contents if tail is None else contents[-tail:]
@@ -156,4 +196,7 @@ class ConcurrencyTests(SuiteBase):
 
         _, *reads = await asyncio.gather(write(), read(), read())
         assert not problems, f"a reader saw half a save: {problems[:3]}"
-        assert all(count > 0 for count in reads)
+        assert all(count > 0 for count in reads), (
+            "each reader racing the saves must complete at least one get(): reads per "
+            f"reader were {reads}"
+        )

@@ -64,14 +64,21 @@ class ErasureRaceTests(SuiteBase):
         await asyncio.sleep(0)
         deleted = await manager.delete_user(user)
         await asyncio.gather(*writers)
-        assert 0 < deleted <= _SESSIONS
+        assert 0 < deleted <= _SESSIONS, (
+            f"delete_user({user!r}) racing saves must count the sessions it erased, between 1 "
+            f"and the user's {_SESSIONS}: it returned {deleted}"
+        )
         for sid in ids:
             assert await self.readback(manager, sid) is None, (
                 f"delete_user() raced saves and left {sid!r} behind"
             )
             await self.check_erased(manager, sid, "delete_user() raced saves")
         stored = await self.readback(manager, kept.session_id)
-        assert stored is not None and len(stored.events) == 2
+        assert stored is not None and len(stored.events) == 2, (
+            f"delete_user({user!r}) must leave another user's session {kept.session_id!r} "
+            "whole, with its 2 events: found "
+            f"{'None' if stored is None else f'{len(stored.events)} events'}"
+        )
 
     async def test_delete_racing_updates_erases_the_session(self, manager: SessionManager) -> None:
         """delete() while updates of the session are in flight: afterwards it is absent with
@@ -89,7 +96,13 @@ class ErasureRaceTests(SuiteBase):
 
         updates = [asyncio.ensure_future(update(racers[n % len(racers)], n)) for n in range(8)]
         await asyncio.sleep(0)
-        assert await manager.delete(session_id) is True
+        assert await manager.delete(session_id) is True, (
+            f"delete({session_id!r}) of a stored session racing updates must return True: it "
+            "returned something else"
+        )
         await asyncio.gather(*updates)
-        assert await self.readback(manager, session_id) is None
+        assert await self.readback(manager, session_id) is None, (
+            f"get({session_id!r}) (read-back) after delete() raced updates must return None: "
+            "an update brought the deleted session back"
+        )
         await self.check_erased(manager, session_id, "delete() raced updates")

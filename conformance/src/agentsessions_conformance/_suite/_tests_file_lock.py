@@ -56,7 +56,10 @@ class FileLockTests(SuiteBase):
             stderr=asyncio.subprocess.PIPE,
         )
         try:
-            assert holder.stdout is not None
+            assert holder.stdout is not None, (
+                f"the lock holder {command[:4]!r} was started with stdout=PIPE, yet asyncio gave "
+                "it no stdout to read its ready line from"
+            )
             line = await asyncio.wait_for(holder.stdout.readline(), 20)
             if not line:
                 error = await holder.stderr.read() if holder.stderr else b""
@@ -115,11 +118,23 @@ class FileLockTests(SuiteBase):
             assert stored.version == version and stored.events == [], (
                 "a write refused for the lock was stored"
             )
-            assert await self.readback(manager, fresh_id) is None
+            assert await self.readback(manager, fresh_id) is None, (
+                f"create({fresh_id!r}) refused for the write lock must store nothing: get() "
+                "found the session"
+            )
             await locked.save(session)
             stored = await self.readback(manager, session_id)
-            assert stored is not None
-            assert [e.content for e in stored.events] == ["blocked"]
-            assert stored.version == version + 1
+            assert stored is not None, (
+                f"get({session_id!r}) (read-back) returned None after save() once the lock was "
+                "released: the session must be stored"
+            )
+            assert [e.content for e in stored.events] == ["blocked"], (
+                "save() of the same copy once the write lock is released must land its event "
+                f"once: expected ['blocked'], found {[e.content for e in stored.events[:8]]!r}"
+            )
+            assert stored.version == version + 1, (
+                "save() once the write lock is released must take one version step: expected "
+                f"version {version + 1}, found {stored.version}"
+            )
         finally:
             await locked.close()

@@ -107,7 +107,10 @@ class HistoryTests(SuiteBase):
                     steps.append((f"{op} update", done.version))
                 elif choice < 0.7:
                     loaded = await racer.get(session_id)
-                    assert loaded is not None
+                    assert loaded is not None, (
+                        f"{op}: get({session_id!r}) returned None while clients appended: the "
+                        "session must stay visible throughout"
+                    )
                     steps.append((f"{op} get", loaded.version))
                     loaded.add_event("user", value)
                     try:
@@ -127,7 +130,11 @@ class HistoryTests(SuiteBase):
                 else:
                     full = choice < 0.85
                     read = await racer.get(session_id, last_events=None if full else _TAIL)
-                    assert read is not None
+                    assert read is not None, (
+                        f"{op}: get({session_id!r}, last_events={None if full else _TAIL}) "
+                        "returned None while clients appended: the session must stay visible "
+                        "throughout"
+                    )
                     seen = [str(event.content) for event in read.events]
                     history.reads.append((f"{op} {'full' if full else 'tail'}", seen, full))
                     steps.append((f"{op} read", read.version))
@@ -135,7 +142,10 @@ class HistoryTests(SuiteBase):
 
         await asyncio.gather(*(client(n, racer) for n, racer in enumerate(clients)))
         stored = await self.readback(manager, session_id)
-        assert stored is not None
+        assert stored is not None, (
+            f"get({session_id!r}) (read-back) returned None after the clients' appends: the "
+            "session must still be stored"
+        )
         final = [str(event.content) for event in stored.events]
         anomaly = _anomaly(history, final)
         assert anomaly is None, f"list-append history anomaly: {anomaly}"

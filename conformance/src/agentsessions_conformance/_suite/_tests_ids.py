@@ -59,21 +59,37 @@ class IdTests(SuiteBase):
             for index, session_id in enumerate(ids):
                 stored = await space.get(session_id)
                 assert stored is not None, f"{session_id!r} is gone"
-                assert stored.session_id == session_id
+                assert stored.session_id == session_id, (
+                    f"get({session_id!r}) must return the session with exactly that id: found "
+                    f"session_id={stored.session_id!r}"
+                )
                 assert (stored.state, [e.content for e in stored.events]) == (
                     {"index": index},
                     [session_id],
                 ), f"{session_id!r} holds another id's session"
                 tail = await space.get(session_id, last_events=1)
-                assert tail is not None and [e.content for e in tail.events] == [session_id]
+                assert tail is not None and [e.content for e in tail.events] == [session_id], (
+                    f"get({session_id!r}, last_events=1) must return that id's own one event "
+                    f"{session_id!r}: found "
+                    f"{'None' if tail is None else [e.content for e in tail.events[:8]]!r}"
+                )
             listed = [item.session_id for item in await self.list_all(space, user_id=user)]
-            assert sorted(listed) == sorted(ids)
-            assert await space.delete(ids[0]) is True
+            assert sorted(listed) == sorted(ids), (
+                f"list_sessions(user_id={user!r}) must list each of the {len(ids)} look-alike "
+                f"ids once, as a distinct session: listed {len(listed)}: {sorted(listed)[:8]!r}"
+            )
+            assert await space.delete(ids[0]) is True, (
+                f"delete({ids[0]!r}) of a stored session must return True: it returned "
+                "something else"
+            )
             for session_id in ids[1:]:
                 assert await space.get(session_id) is not None, (
                     f"delete({ids[0]!r}) also removed {session_id!r}"
                 )
-            assert await space.delete_user(user) == len(ids) - 1
+            assert await space.delete_user(user) == len(ids) - 1, (
+                f"delete_user({user!r}) must count each remaining look-alike id as its own "
+                f"session: expected {len(ids) - 1}, it returned another count"
+            )
             for session_id in ids:
                 await self.check_erased(space, session_id, "delete_user() returned")
 
@@ -112,7 +128,11 @@ class IdTests(SuiteBase):
                 own = {sid for s, sid in pairs if s is space}
                 listed = {item.session_id for item in await self.list_all(space, user_id=user)}
                 assert listed == own, f"namespace {space.options.namespace!r} lists {listed}"
-            assert await spaced.delete_user(user) == 1
+            assert await spaced.delete_user(user) == 1, (
+                f"delete_user({user!r}) in namespace {namespace!r} must count only the one "
+                "session of that namespace, not pairs that concatenate to the same string: "
+                "it returned another count"
+            )
             for index, (space, session_id) in enumerate(pairs[1:], start=1):
                 stored = await space.get(session_id)
                 assert stored is not None and stored.state == {"pair": index}, (

@@ -102,10 +102,24 @@ class InputTests(SuiteBase):
             for target in (closed, manager):
                 with pytest.raises(InvalidSessionIdError) as info:
                     await call(target)
-                assert isinstance(info.value, ValueError)
-                assert not isinstance(info.value, ManagerClosedError)
-        assert snapshot(await self.readback(manager, sentinel.session_id)) == before
-        assert await manager.get(sentinel.session_id + "-x") is None
+                assert isinstance(info.value, ValueError), (
+                    f"an operation given the invalid id {value!r} must raise an "
+                    "InvalidSessionIdError that is also a ValueError: it raised "
+                    f"{type(info.value).__qualname__}: {info.value}"
+                )
+                assert not isinstance(info.value, ManagerClosedError), (
+                    f"an operation given the invalid id {value!r} must reject it before any "
+                    "I/O, so even a closed manager raises InvalidSessionIdError and not "
+                    f"ManagerClosedError: it raised {type(info.value).__qualname__}: {info.value}"
+                )
+        assert snapshot(await self.readback(manager, sentinel.session_id)) == before, (
+            f"operations rejected for the invalid id {value!r} must write nothing: the "
+            f"untouched session {sentinel.session_id!r} reads back changed"
+        )
+        assert await manager.get(sentinel.session_id + "-x") is None, (
+            f"create({sentinel.session_id + '-x'!r}, user_id={value!r}) raised "
+            "InvalidSessionIdError, so it must not have created the session: get() found it"
+        )
 
     async def _private(self, manager: SessionManager) -> tuple[SessionManager, bool]:
         """A fresh namespace when the backend has them: bare ids like ``*`` then collide
@@ -128,15 +142,37 @@ class InputTests(SuiteBase):
         session.add_event("user", odd, id=odd)
         await manager.save(session)
         stored = await self.readback(manager, session_id)
-        assert stored is not None
-        assert stored.session_id == odd
-        assert stored.state == {"id": odd}
-        assert [e.content for e in stored.events] == [odd]
+        assert stored is not None, (
+            f"get({odd!r}) (read-back) returned None after create() and save(): an id full of "
+            "metacharacters is a plain id and must be found"
+        )
+        assert stored.session_id == odd, (
+            f"get({odd!r}) must return the session with exactly that id: found "
+            f"session_id={stored.session_id!r}"
+        )
+        assert stored.state == {"id": odd}, (
+            f"get({odd!r}) must return the state saved under that id: expected {{'id': {odd!r}}}"
+            f", read back {stored.state!r}"
+        )
+        assert [e.content for e in stored.events] == [odd], (
+            f"get({odd!r}) must return the one event saved (content and id {odd!r}): found "
+            f"{[e.content for e in stored.events[:8]]!r}"
+        )
         listed = {item.session_id for item in (await manager.list_sessions(user_id=user)).items}
-        assert listed == {odd, sentinel.session_id}
-        assert await manager.delete(session_id) is True
-        assert await manager.get(session_id) is None
-        assert snapshot(await self.readback(manager, sentinel.session_id)) == before
+        assert listed == {odd, sentinel.session_id}, (
+            f"list_sessions(user_id={user!r}) must list exactly the user's two sessions, "
+            f"{odd!r} and {sentinel.session_id!r}: found {sorted(listed)[:8]!r}"
+        )
+        assert await manager.delete(session_id) is True, (
+            f"delete({odd!r}) of a stored session must return True: it returned something else"
+        )
+        assert await manager.get(session_id) is None, (
+            f"get({odd!r}) after delete() must return None: the session is still found"
+        )
+        assert snapshot(await self.readback(manager, sentinel.session_id)) == before, (
+            f"create(), save() and delete() of the id {odd!r} must touch no other session: "
+            f"{sentinel.session_id!r} reads back changed"
+        )
 
     async def test_pattern_ids_do_not_match_other_sessions(self, manager: SessionManager) -> None:
         """Glob, LIKE and regex characters in ids and user ids never match other sessions."""
@@ -167,8 +203,14 @@ class InputTests(SuiteBase):
             user_patterns += ["*", "%", "u-*", ".*", "_", "?"]
         for user_pattern in user_patterns:
             assert await manager.delete_user(user_pattern) == 0, user_pattern
-            assert (await manager.list_sessions(user_id=user_pattern)).items == []
-        assert {sid: snapshot(await self.readback(manager, sid)) for sid in plain} == expected
+            assert (await manager.list_sessions(user_id=user_pattern)).items == [], (
+                f"list_sessions(user_id={user_pattern!r}) must treat the user id as a plain "
+                f"string, not a pattern: it listed sessions of user {user!r}"
+            )
+        assert {sid: snapshot(await self.readback(manager, sid)) for sid in plain} == expected, (
+            "get() and delete() of pattern ids, and delete_user() of pattern user ids, must "
+            f"leave the sessions {plain!r} untouched: one of them reads back changed or missing"
+        )
 
     @pytest.mark.parametrize("value", list(NOT_JSON.values()), ids=list(NOT_JSON))
     async def test_non_json_values_rejected(self, manager: SessionManager, value: object) -> None:
@@ -178,24 +220,48 @@ class InputTests(SuiteBase):
         new_id = self.new_id()
         with pytest.raises(SessionSerializationError) as info:
             await manager.create(new_id, state={"pending": {"when": value}})
-        assert "state['pending']['when']" in str(info.value)
-        assert await self.readback(manager, new_id) is None
+        assert "state['pending']['when']" in str(info.value), (
+            f"create(state={{'pending': {{'when': {value!r}}}}}) must raise a "
+            "SessionSerializationError naming the path state['pending']['when']: the error "
+            f"says {str(info.value)!r}"
+        )
+        assert await self.readback(manager, new_id) is None, (
+            f"create({new_id!r}) with a non-JSON value in its state raised, so it must write "
+            "nothing: get() found the session"
+        )
         session.state["pending"] = {"when": value}
         with pytest.raises(SessionSerializationError) as info:
             await manager.save(session)
-        assert "state['pending']['when']" in str(info.value)
+        assert "state['pending']['when']" in str(info.value), (
+            f"save() of a state holding {value!r} at state['pending']['when'] must raise a "
+            f"SessionSerializationError naming that path: the error says {str(info.value)!r}"
+        )
         del session.state["pending"]
         session.add_event("user", {"parts": [1, value]})
         with pytest.raises(SessionSerializationError) as info:
             await manager.save(session)
-        assert "events[1].content['parts'][1]" in str(info.value)
+        assert "events[1].content['parts'][1]" in str(info.value), (
+            f"save() of an event whose content holds {value!r} at ['parts'][1] must raise a "
+            "SessionSerializationError naming the path events[1].content['parts'][1]: the "
+            f"error says {str(info.value)!r}"
+        )
         session.events.pop()
         session.add_event("user", "fine", extra=value)
         with pytest.raises(SessionSerializationError) as info:
             await manager.save(session)
-        assert "events[1].metadata['extra']" in str(info.value)
-        assert isinstance(info.value, ValueError)
-        assert snapshot(await self.readback(manager, session.session_id)) == before
+        assert "events[1].metadata['extra']" in str(info.value), (
+            f"save() of an event whose metadata holds {value!r} under 'extra' must raise a "
+            "SessionSerializationError naming the path events[1].metadata['extra']: the error "
+            f"says {str(info.value)!r}"
+        )
+        assert isinstance(info.value, ValueError), (
+            "SessionSerializationError raised by save() must also be a ValueError: it is "
+            f"{type(info.value).__qualname__}"
+        )
+        assert snapshot(await self.readback(manager, session.session_id)) == before, (
+            f"save() calls rejected for a non-JSON value ({value!r}) must write nothing: "
+            f"{session.session_id!r} reads back changed"
+        )
 
     @pytest.mark.parametrize("last_events", [-1, 1.5, "3", True])
     async def test_invalid_last_events_rejected(

@@ -72,4 +72,7 @@ class LifecycleTests(SuiteBase):
             written = snapshot(session)
         async with manager.with_options() as reader:
             stored = await reader.get(session_id)
-        assert snapshot(stored) == written
+        assert snapshot(stored) == written, (
+            f"get({session_id!r}) through a fresh manager, after the writer was closed, must "
+            f"read back whole what was saved: expected {written!r}, found {snapshot(stored)!r}"
+        )

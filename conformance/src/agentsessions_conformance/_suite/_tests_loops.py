@@ -83,12 +83,31 @@ class LoopTests(SuiteBase):
             assert not isinstance(outcome, BaseException), f"{step.__name__}: {outcome!r}"
         # ... and the loop the manager was opened in still works afterwards.
         stored = await manager.get(session_id)
-        assert stored is not None
-        assert [e.content for e in stored.events] == ["from the first loop", "from the second loop"]
-        assert stored.state == {"step": 2}
-        assert stored.version == 3
+        assert stored is not None, (
+            f"get({session_id!r}) in the manager's own loop returned None after two other "
+            "loops created and saved the session: the manager must keep working there"
+        )
+        assert [e.content for e in stored.events] == [
+            "from the first loop",
+            "from the second loop",
+        ], (
+            "save() from two loops in sequence must both land: expected the events "
+            "['from the first loop', 'from the second loop'], found "
+            f"{[e.content for e in stored.events[:8]]!r}"
+        )
+        assert stored.state == {"step": 2}, (
+            "the second loop's save() must land its state: expected {'step': 2}, found "
+            f"{stored.state!r}"
+        )
+        assert stored.version == 3, (
+            "create() then save() in one loop and save() in the next must leave version 3: "
+            f"found version {stored.version}"
+        )
         reread = await self.readback(manager, session_id)
-        assert reread is not None and reread.version == 3
+        assert reread is not None and reread.version == 3, (
+            f"get({session_id!r}) (read-back) after saves from two loops must find version 3: "
+            f"found {'None' if reread is None else f'version {reread.version}'}"
+        )
 
     async def test_loops_each_new_one_after_the_last_closed(self, manager: SessionManager) -> None:
         """Each new loop, after the last one closed, updates through the same manager."""
@@ -106,8 +125,15 @@ class LoopTests(SuiteBase):
             (outcome,) = await in_own_loops(functools.partial(append, number))
             assert not isinstance(outcome, BaseException), f"round {number}: {outcome!r}"
         stored = await manager.get(session_id)
-        assert stored is not None
-        assert [e.content for e in stored.events] == [f"round {n}" for n in range(rounds)]
+        assert stored is not None, (
+            f"get({session_id!r}) in the manager's own loop returned None after update() from "
+            f"{rounds} loops in turn: the session must still be found"
+        )
+        assert [e.content for e in stored.events] == [f"round {n}" for n in range(rounds)], (
+            f"update() from {rounds} loops, one after another, must each land its event in "
+            f"order: expected 'round 0'..'round {rounds - 1}', found "
+            f"{[e.content for e in stored.events[:8]]!r}"
+        )
 
     async def test_loops_in_threads_update_one_session(self, manager: SessionManager) -> None:
         """Threads with their own loops update() one session at once: every update lands."""
@@ -129,15 +155,27 @@ class LoopTests(SuiteBase):
         results = await in_own_loops(*(lambda t=t: writer(t) for t in range(THREADS)))
         assert not raised(results), f"updates from threads failed: {raised(results)[:3]!r}"
         stored = await self.readback(manager, session_id)
-        assert stored is not None
+        assert stored is not None, (
+            f"get({session_id!r}) (read-back) returned None after update() from {THREADS} "
+            "threads: the session must still be found"
+        )
         expected = THREADS * UPDATES_PER_THREAD
         landed = sorted(str(e.content) for e in stored.events)
         assert len(landed) == expected, f"{len(landed)} of {expected} updates landed"
         assert landed == sorted(
             f"t{t}-{r}" for t in range(THREADS) for r in range(UPDATES_PER_THREAD)
+        ), (
+            f"update() from {THREADS} threads must land each thread's event exactly once "
+            f"(t0-0..t{THREADS - 1}-{UPDATES_PER_THREAD - 1}): found {landed[:8]!r}"
         )
-        assert stored.state == {"count": expected}
-        assert stored.version == 1 + expected
+        assert stored.state == {"count": expected}, (
+            f"{expected} update() calls each incrementing state['count'] must leave "
+            f"{{'count': {expected}}}: found {stored.state!r} (updates lost or applied twice)"
+        )
+        assert stored.version == 1 + expected, (
+            f"create() then {expected} update() calls must leave version {1 + expected}: found "
+            f"version {stored.version}"
+        )
 
     async def test_loops_in_threads_race_one_create(self, manager: SessionManager) -> None:
         """Of creates of one id from threads with their own loops exactly one wins."""
@@ -152,7 +190,11 @@ class LoopTests(SuiteBase):
         assert len(winners) == 1, f"{len(winners)} of {THREADS} creates from threads succeeded"
         assert len(losers) == THREADS - 1, f"unexpected outcomes: {results!r}"
         stored = await self.readback(manager, session_id)
-        assert stored is not None and stored.state == winners[0].state
+        assert stored is not None and stored.state == winners[0].state, (
+            f"of {THREADS} create({session_id!r}) calls from threads, the stored session must "
+            f"be the winner's, state {winners[0].state!r}: found "
+            f"{'None' if stored is None else f'state {stored.state!r}'}"
+        )
 
     async def test_loops_close_from_one_closes_all(self, manager: SessionManager) -> None:
         """close() in one loop closes the manager for every loop (ManagerClosedError)."""
@@ -162,7 +204,10 @@ class LoopTests(SuiteBase):
         await other.create(session_id)
 
         async def touch() -> None:
-            assert await other.get(session_id) is not None
+            assert await other.get(session_id) is not None, (
+                f"get({session_id!r}) from another loop returned None: the session the "
+                "manager created must be found from every loop"
+            )
 
         # Loops that are gone, and the test's own: the close releases them all.
         outcomes = await in_own_loops(touch, touch)

@@ -28,7 +28,10 @@ class LostReplyTests(SuiteBase):
             session.add_event("user", f"before-{i}")
         await manager.save(session)
         loaded = await manager.get(session_id)
-        assert loaded is not None
+        assert loaded is not None, (
+            f"get({session_id!r}) returned None: a session just saved with {events} events "
+            "must be found"
+        )
         return loaded
 
     async def test_lost_reply_save_retry_lands_exactly_once(self, manager: SessionManager) -> None:
@@ -43,12 +46,26 @@ class LostReplyTests(SuiteBase):
             with pytest.raises(BackendUnavailableError):
                 await manager.save(session)
             await manager.save(session)  # the retry: same request, same token
-        assert faults.lost == 1 and faults.calls == 2
+        assert faults.lost == 1 and faults.calls == 2, (
+            "a save() whose reply is lost, then save() again, must reach the backend's write "
+            f"exactly twice with one reply lost: found {faults.calls} calls, {faults.lost} "
+            "replies lost"
+        )
         stored = await self.readback(manager, session.session_id)
-        assert stored is not None
+        assert stored is not None, (
+            f"get({session.session_id!r}) (read-back) returned None after a retried save(): "
+            "the session must still be found"
+        )
         assert stored.version == version + 1, "the retried save took a second version step"
-        assert [e.content for e in stored.events] == ["before-0", "before-1", "once"]
-        assert stored.state == {"n": 1}
+        assert [e.content for e in stored.events] == ["before-0", "before-1", "once"], (
+            "the retry of a save() whose reply was lost must land its events exactly once: "
+            "expected ['before-0', 'before-1', 'once'], found "
+            f"{[e.content for e in stored.events[:8]]!r}"
+        )
+        assert stored.state == {"n": 1}, (
+            "the retry of a save() whose reply was lost must store its state: expected "
+            f"{{'n': 1}}, found {stored.state!r:.100}"
+        )
         await self.check_positions(manager, session.session_id, 3)
 
     async def test_lost_reply_update_applies_fn_once(self, manager: SessionManager) -> None:
@@ -66,15 +83,30 @@ class LostReplyTests(SuiteBase):
         with lost_replies(manager, "_save"):
             done = await manager.update(session.session_id, append)
         stored = await self.readback(manager, session.session_id)
-        assert stored is not None
+        assert stored is not None, (
+            f"get({session.session_id!r}) (read-back) returned None after an update() whose "
+            "reply was lost: the session must still be found"
+        )
         assert [e.content for e in stored.events] == ["append-1"], (
             "update() applied its function again after a lost reply: the backend did not "
             "recognise the re-sent save's token"
         )
-        assert stored.state == {"n": 1}
-        assert stored.version == session.version + 1
-        assert calls == 1
-        assert done.version == stored.version
+        assert stored.state == {"n": 1}, (
+            "update() whose save's reply was lost must apply its function once: expected state "
+            f"{{'n': 1}}, found {stored.state!r:.100}"
+        )
+        assert stored.version == session.version + 1, (
+            "update() whose save's reply was lost must take one version step: expected "
+            f"version {session.version + 1}, found {stored.version}"
+        )
+        assert calls == 1, (
+            "update() whose save's reply was lost must re-send that save, not call its "
+            f"function again: the function ran {calls} times, expected once"
+        )
+        assert done.version == stored.version, (
+            "update() must return the session as stored: it returned version "
+            f"{done.version}, the stored session has {stored.version}"
+        )
         await self.check_positions(manager, session.session_id, 1)
 
     async def test_lost_reply_then_edit_is_a_new_save(self, manager: SessionManager) -> None:
@@ -89,9 +121,19 @@ class LostReplyTests(SuiteBase):
         with pytest.raises(SessionConflictError):
             await manager.save(session)
         stored = await self.readback(manager, session.session_id)
-        assert stored is not None
-        assert stored.version == version + 1
-        assert [e.content for e in stored.events][-1] == "first"
+        assert stored is not None, (
+            f"get({session.session_id!r}) (read-back) returned None after a save() whose "
+            "reply was lost: the session must still be found"
+        )
+        assert stored.version == version + 1, (
+            "a save() whose reply was lost landed, and the edited retry must conflict and "
+            f"write nothing: expected version {version + 1}, found {stored.version}"
+        )
+        assert [e.content for e in stored.events][-1] == "first", (
+            "a save() whose reply was lost landed, and the edited retry must conflict and "
+            "write nothing: expected the last stored event to be 'first', found "
+            f"{[e.content for e in stored.events[-3:]]!r} at the end"
+        )
         await self.check_positions(manager, session.session_id, 3)
 
     async def test_lost_request_save_retry_lands(self, manager: SessionManager) -> None:
@@ -104,20 +146,36 @@ class LostReplyTests(SuiteBase):
             with pytest.raises(BackendUnavailableError):
                 await manager.save(session)
             unchanged = await self.readback(manager, session.session_id)
-            assert unchanged is not None and unchanged.version == version
+            assert unchanged is not None and unchanged.version == version, (
+                "a save() lost before it reached the backend must not land: expected "
+                f"{session.session_id!r} at version {version}, found "
+                f"{'None' if unchanged is None else f'version {unchanged.version}'}"
+            )
             await manager.save(session)
-        assert faults.lost == 1
+        assert faults.lost == 1, (
+            f"exactly one save() request must have been lost: found {faults.lost} lost"
+        )
         stored = await self.readback(manager, session.session_id)
-        assert stored is not None
-        assert stored.version == version + 1
-        assert [e.content for e in stored.events][-1] == "late"
+        assert stored is not None, (
+            f"get({session.session_id!r}) (read-back) returned None after the retry of a lost "
+            "save(): the session must still be found"
+        )
+        assert stored.version == version + 1, (
+            "the retry of a save() lost before it reached the backend must land once: "
+            f"expected version {version + 1}, found {stored.version}"
+        )
+        assert [e.content for e in stored.events][-1] == "late", (
+            "the retry of a save() lost before it reached the backend must land its event: "
+            f"expected the last stored event to be 'late', found "
+            f"{[e.content for e in stored.events[-3:]]!r} at the end"
+        )
         await self.check_positions(manager, session.session_id, 3)
 
     async def test_lost_replies_one_after_another_each_land_once(
         self, manager: SessionManager
     ) -> None:
-        """Five saves in a row, each losing its reply once and retried: five version steps,
-        five events, each once (every retry's token is recognised, not only the first)."""
+        """Five saves in a row, each losing its reply once and retried, take five version steps
+        and land five events, each once (every retry's token is recognised, not only the first)."""
         session = await self._loaded(manager, events=0)
         version = session.version
         for i in range(5):
@@ -127,7 +185,17 @@ class LostReplyTests(SuiteBase):
                     await manager.save(session)
                 await manager.save(session)
         stored = await self.readback(manager, session.session_id)
-        assert stored is not None
-        assert stored.version == version + 5
-        assert [e.content for e in stored.events] == [f"turn-{i}" for i in range(5)]
+        assert stored is not None, (
+            f"get({session.session_id!r}) (read-back) returned None after five retried "
+            "save()s: the session must still be found"
+        )
+        assert stored.version == version + 5, (
+            "five save()s, each losing its reply once and retried, must take exactly five "
+            f"version steps: expected version {version + 5}, found {stored.version}"
+        )
+        assert [e.content for e in stored.events] == [f"turn-{i}" for i in range(5)], (
+            "five save()s, each losing its reply once and retried, must land each event once: "
+            f"expected {[f'turn-{i}' for i in range(5)]!r}, found "
+            f"{[e.content for e in stored.events[:10]]!r}"
+        )
         await self.check_positions(manager, session.session_id, 5)

@@ -97,21 +97,37 @@ class MisuseTests(SuiteBase):
     async def _assert_untouched(
         self, manager: SessionManager, session_id: str, before: Any
     ) -> None:
-        assert snapshot(await self.readback(manager, session_id)) == before
+        assert snapshot(await self.readback(manager, session_id)) == before, (
+            f"a refused save() must never write into another session: expected {session_id!r} "
+            "to read back exactly as it was before the save() of a copy moved onto its id, "
+            "the stored session differs"
+        )
         listed = {s.session_id: s for s in (await manager.list_sessions(limit=1000)).items}
         if session_id in listed:  # a shared server may list more than a page holds
             stored = await self.readback(manager, session_id)
-            assert stored is not None
-            assert listed[session_id].event_count == len(stored.events)
+            assert stored is not None, (
+                f"get({session_id!r}) (read-back) returned None, yet list_sessions() lists it: "
+                "a listed session must load"
+            )
+            assert listed[session_id].event_count == len(stored.events), (
+                "list_sessions() must count the stored events: expected event_count="
+                f"{len(stored.events)} for {session_id!r} (the events it reads back with), "
+                f"found {listed[session_id].event_count}"
+            )
 
     async def test_session_id_cannot_be_reassigned(self, manager: SessionManager) -> None:
         """Assigning another session_id to a loaded session raises InvalidInputError."""
         a_id, b_id, b_before = await self._two_sessions(manager)
         loaded = await manager.get(a_id)
-        assert loaded is not None
+        assert loaded is not None, (
+            f"get({a_id!r}) returned None: a session just saved with 3 events must be found"
+        )
         with pytest.raises(InvalidInputError):
             loaded.session_id = b_id
-        assert loaded.session_id == a_id
+        assert loaded.session_id == a_id, (
+            "a refused assignment to session_id must leave the loaded session's id as it was: "
+            f"expected {a_id!r}, found {loaded.session_id!r}"
+        )
         # Forced past the model (object.__setattr__): the save refuses, before any I/O.
         object.__setattr__(loaded, "session_id", b_id)
         with pytest.raises(InvalidInputError, match="loaded as"):
@@ -125,7 +141,9 @@ class MisuseTests(SuiteBase):
         """A copy of a loaded session with another session_id is refused; the other is intact."""
         a_id, b_id, b_before = await self._two_sessions(manager)
         loaded = await manager.get(a_id)
-        assert loaded is not None
+        assert loaded is not None, (
+            f"get({a_id!r}) returned None: a session just saved with 3 events must be found"
+        )
         moved = loaded.model_copy(update={"session_id": b_id}, deep=deep)
         with pytest.raises(InvalidInputError, match="loaded as"):
             await manager.save(moved)
@@ -134,8 +152,15 @@ class MisuseTests(SuiteBase):
         loaded.add_event("user", "after")
         await manager.save(loaded)
         stored = await self.readback(manager, a_id)
-        assert stored is not None
-        assert [e.content for e in stored.events] == ["e0", "e1", "e2", "after"]
+        assert stored is not None, (
+            f"get({a_id!r}) (read-back) returned None after save() of the original: the "
+            "session must still be found"
+        )
+        assert [e.content for e in stored.events] == ["e0", "e1", "e2", "after"], (
+            f"after the save() of a {'deep' if deep else 'shallow'} copy under another id was "
+            "refused, the original must still save as a copy of its own session: expected "
+            f"['e0', 'e1', 'e2', 'after'], found {[e.content for e in stored.events[:8]]!r}"
+        )
 
     @pytest.mark.parametrize("how", ["shallow", "deep", "copy.copy", "events-replaced"])
     async def test_a_copy_has_its_own_tracking(self, manager: SessionManager, how: str) -> None:
@@ -153,19 +178,36 @@ class MisuseTests(SuiteBase):
         other.state["by"] = "copy"
         await manager.save(other)
         expected = snapshot(await self.readback(manager, session.session_id))
-        assert expected is not None
-        assert [e["content"] for e in expected["events"]] == ["e0", "e1", "copy"]
+        assert expected is not None, (
+            f"get({session.session_id!r}) (read-back) returned None after save() of a {how} "
+            "copy: the session must still be found"
+        )
+        assert [e["content"] for e in expected["events"]] == ["e0", "e1", "copy"], (
+            f"save() of a {how} copy (one event 'copy' appended) must store the copy: expected "
+            f"['e0', 'e1', 'copy'], found {[e['content'] for e in expected['events'][:8]]!r}"
+        )
         if how in ("deep", "events-replaced"):  # shallow copies share the events list
             session.add_event("user", "original")
         session.state = {"by": "original"}
         with pytest.raises(SessionConflictError):
             await manager.save(session)
-        assert snapshot(await self.readback(manager, session.session_id)) == expected
+        assert snapshot(await self.readback(manager, session.session_id)) == expected, (
+            "a save() of the original that raised SessionConflictError must write nothing: "
+            f"expected {session.session_id!r} to read back as the {how} copy saved it "
+            f"(version {expected['version']}), the stored session differs"
+        )
         other.add_event("user", "copy again")  # the copy keeps saving from its own baseline
         await manager.save(other)
         stored = await self.readback(manager, session.session_id)
-        assert stored is not None
-        assert [e.content for e in stored.events] == ["e0", "e1", "copy", "copy again"]
+        assert stored is not None, (
+            f"get({session.session_id!r}) (read-back) returned None after a second save() of "
+            f"the {how} copy: the session must still be found"
+        )
+        assert [e.content for e in stored.events] == ["e0", "e1", "copy", "copy again"], (
+            f"a {how} copy must keep saving from its own baseline after the original's "
+            "conflict: expected ['e0', 'e1', 'copy', 'copy again'], found "
+            f"{[e.content for e in stored.events[:8]]!r}"
+        )
 
     @pytest.mark.parametrize(
         ("fields", "field"), list(HAND_BUILT_EVENTS.values()), ids=list(HAND_BUILT_EVENTS)
@@ -180,8 +222,16 @@ class MisuseTests(SuiteBase):
         session.events.append(Event.model_construct(**fields))
         with pytest.raises(SessionSerializationError) as info:
             await manager.save(session)
-        assert info.value.path == f"events[1].{field}"
-        assert snapshot(await self.readback(manager, session.session_id)) == before
+        assert info.value.path == f"events[1].{field}", (
+            f"save() of an Event.model_construct(**{fields!r:.80}) must raise "
+            "SessionSerializationError naming the bad field: expected path "
+            f"'events[1].{field}', found {info.value.path!r}"
+        )
+        assert snapshot(await self.readback(manager, session.session_id)) == before, (
+            "a save() refused with SessionSerializationError must write nothing: expected "
+            f"{session.session_id!r} to read back as before the save(), the stored session "
+            "differs"
+        )
 
     @pytest.mark.parametrize("value", list(NOT_A_STATE.values()), ids=list(NOT_A_STATE))
     async def test_state_must_be_a_dict(self, manager: SessionManager, value: object) -> None:
@@ -190,15 +240,29 @@ class MisuseTests(SuiteBase):
         if value is not None:  # create(state=None) means an empty state
             with pytest.raises(SessionSerializationError) as info:
                 await manager.create(new_id, state=value)  # type: ignore[arg-type]
-            assert info.value.path == "state"
-            assert await self.readback(manager, new_id) is None
+            assert info.value.path == "state", (
+                f"create(state={value!r}) must raise SessionSerializationError naming the "
+                f"state (state must be a dict): expected path 'state', found {info.value.path!r}"
+            )
+            assert await self.readback(manager, new_id) is None, (
+                f"a refused create({new_id!r}, state={value!r}) must store nothing: expected "
+                f"get({new_id!r}) to return None, found a session"
+            )
         session = await self.session_with_events(manager, 1)
         before = snapshot(await self.readback(manager, session.session_id))
         session.state = value  # type: ignore[assignment]
         with pytest.raises(SessionSerializationError) as info:
             await manager.save(session)
-        assert info.value.path == "state"
-        assert snapshot(await self.readback(manager, session.session_id)) == before
+        assert info.value.path == "state", (
+            f"save() of a session whose state is {value!r} must raise SessionSerializationError "
+            f"naming the state (state must be a dict): expected path 'state', found "
+            f"{info.value.path!r}"
+        )
+        assert snapshot(await self.readback(manager, session.session_id)) == before, (
+            f"a save() refused for a state of {value!r} must write nothing: expected "
+            f"{session.session_id!r} to read back as before the save(), the stored session "
+            "differs"
+        )
 
     @pytest.mark.parametrize(("where", "path"), list(SURROGATES.values()), ids=list(SURROGATES))
     async def test_lone_surrogates_are_refused_with_the_path(
@@ -220,13 +284,24 @@ class MisuseTests(SuiteBase):
             session.events.append(Event(author="user", metadata={bad: 1}))
         with pytest.raises(SessionSerializationError) as info:
             await manager.save(session)
-        assert info.value.path.startswith(path)
-        assert snapshot(await self.readback(manager, session.session_id)) == before
+        assert info.value.path.startswith(path), (
+            f"save() with a lone surrogate in the {where} must raise SessionSerializationError "
+            f"naming where it is: expected a path starting with {path!r}, found "
+            f"{info.value.path!r}"
+        )
+        assert snapshot(await self.readback(manager, session.session_id)) == before, (
+            f"a save() refused for a lone surrogate in the {where} must write nothing: expected "
+            f"{session.session_id!r} to read back as before the save(), the stored session "
+            "differs"
+        )
         if where.startswith("state"):
             new_id = self.new_id()
             with pytest.raises(SessionSerializationError):
                 await manager.create(new_id, state=dict(session.state))
-            assert await self.readback(manager, new_id) is None
+            assert await self.readback(manager, new_id) is None, (
+                f"a create() refused for a lone surrogate in the {where} must store nothing: "
+                f"expected get({new_id!r}) to return None, found a session"
+            )
 
     @pytest.mark.parametrize(
         "when", list(OUT_OF_RANGE_TIMESTAMPS.values()), ids=list(OUT_OF_RANGE_TIMESTAMPS)
@@ -240,8 +315,16 @@ class MisuseTests(SuiteBase):
         session.events.append(Event(author="user", timestamp=when))
         with pytest.raises(SessionSerializationError) as info:
             await manager.save(session)
-        assert info.value.path == "events[1].timestamp"
-        assert snapshot(await self.readback(manager, session.session_id)) == before
+        assert info.value.path == "events[1].timestamp", (
+            f"save() of an event timestamped {when.isoformat()} (outside datetime's range once "
+            "in UTC) must raise SessionSerializationError naming the timestamp: expected path "
+            f"'events[1].timestamp', found {info.value.path!r}"
+        )
+        assert snapshot(await self.readback(manager, session.session_id)) == before, (
+            f"a save() refused for an out-of-range timestamp must write nothing: expected "
+            f"{session.session_id!r} to read back as before the save(), the stored session "
+            "differs"
+        )
 
     @pytest.mark.parametrize("count", list(HUGE_LAST_EVENTS.values()), ids=list(HUGE_LAST_EVENTS))
     async def test_huge_last_events_loads_everything(
@@ -250,14 +333,30 @@ class MisuseTests(SuiteBase):
         """last_events past any history (up to 10**20) is clamped: the whole history loads."""
         session = await self.session_with_events(manager, 3)
         loaded = await manager.get(session.session_id, last_events=count)
-        assert loaded is not None
-        assert [e.content for e in loaded.events] == ["e0", "e1", "e2"]
-        assert loaded.first_event_position == 0
+        assert loaded is not None, (
+            f"get({session.session_id!r}, last_events={count}) returned None: a session just "
+            "saved with 3 events must be found, however large last_events is"
+        )
+        assert [e.content for e in loaded.events] == ["e0", "e1", "e2"], (
+            f"get(last_events={count}) past the history must be clamped and load every event: "
+            f"expected ['e0', 'e1', 'e2'], found {[e.content for e in loaded.events[:8]]!r}"
+        )
+        assert loaded.first_event_position == 0, (
+            f"get(last_events={count}) that loads the whole history must report "
+            f"first_event_position=0, found {loaded.first_event_position}"
+        )
         loaded.add_event("user", "e3")
         await manager.save(loaded)
         stored = await self.readback(manager, session.session_id)
-        assert stored is not None
-        assert [e.content for e in stored.events] == ["e0", "e1", "e2", "e3"]
+        assert stored is not None, (
+            f"get({session.session_id!r}) (read-back) returned None after save() of a "
+            f"last_events={count} load: the session must still be found"
+        )
+        assert [e.content for e in stored.events] == ["e0", "e1", "e2", "e3"], (
+            f"save() of a get(last_events={count}) load with one event appended must store "
+            "the whole history plus that event: expected ['e0', 'e1', 'e2', 'e3'], found "
+            f"{[e.content for e in stored.events[:8]]!r}"
+        )
 
     @pytest.mark.parametrize(
         "changes", list(BAD_COMMON_OPTIONS.values()), ids=list(BAD_COMMON_OPTIONS)
@@ -265,8 +364,8 @@ class MisuseTests(SuiteBase):
     async def test_out_of_range_options_are_refused_at_connect(
         self, manager: SessionManager, changes: dict[str, object]
     ) -> None:
-        """Infinite, huge, zero or negative ttl and malformed namespaces: InvalidOptionError
-        naming the option, raised when the manager is built (before any I/O)."""
+        """Infinite, huge, zero or negative ttl and malformed namespaces raise InvalidOptionError
+        naming the option when the manager is built (before any I/O)."""
         (name,) = changes
         with pytest.raises(InvalidOptionError, match=repr(name)):
             manager.with_options(**changes)
@@ -274,9 +373,9 @@ class MisuseTests(SuiteBase):
     async def test_too_large_event_or_state_is_refused_before_io(
         self, manager: SessionManager
     ) -> None:
-        """Past the backend's declared size limits: SessionTooLargeError stating the size
-        and the limit, no payload in the message, nothing written (without declared
-        limits, a 1 MiB event and state round-trip)."""
+        """Past the backend's declared size limits save() raises SessionTooLargeError stating
+        the size and the limit, with no payload in the message, and writes nothing (without
+        declared limits, a 1 MiB event and state round-trip)."""
         limits = manager.capabilities
         session = await self.session_with_events(manager, 1)
         marker = "0123456789abcdef"
@@ -285,7 +384,14 @@ class MisuseTests(SuiteBase):
             session.add_event("user", marker * 65536)
             session.state["big"] = marker * 65536
             await manager.save(session)
-            assert snapshot(await self.readback(manager, session.session_id)) == snapshot(session)
+            assert snapshot(await self.readback(manager, session.session_id)) == snapshot(
+                session
+            ), (
+                "without declared size limits (max_event_bytes and max_state_bytes None), "
+                "save() of a 1 MiB event and a 1 MiB state value must round-trip: expected "
+                f"{session.session_id!r} to read back as saved (version {session.version}), "
+                "the stored session differs"
+            )
             return
         before = snapshot(await self.readback(manager, session.session_id))
         if limits.max_event_bytes is not None:
@@ -294,17 +400,38 @@ class MisuseTests(SuiteBase):
             with pytest.raises(SessionTooLargeError) as info:
                 await manager.save(session)
             message = str(info.value)
-            assert info.value.path == "events[1]"
-            assert str(limits.max_event_bytes) in message
-            assert marker not in message
+            assert info.value.path == "events[1]", (
+                f"save() of an event over max_event_bytes={limits.max_event_bytes} must raise "
+                "SessionTooLargeError naming the event: expected path 'events[1]', found "
+                f"{info.value.path!r}"
+            )
+            assert str(limits.max_event_bytes) in message, (
+                "SessionTooLargeError for an event must state the limit: expected "
+                f"{limits.max_event_bytes} in the message, found {message[:200]!r}"
+            )
+            assert marker not in message, (
+                "SessionTooLargeError must never echo the value it refused: the message holds "
+                f"the event's content: {message[:200]!r}"
+            )
             session.events.pop()
         if limits.max_state_bytes is not None:
             session.state["big"] = marker * (limits.max_state_bytes // len(marker) + 1)
             with pytest.raises(SessionTooLargeError) as info:
                 await manager.save(session)
-            assert info.value.path == "state"
-            assert marker not in str(info.value)
-        assert snapshot(await self.readback(manager, session.session_id)) == before
+            assert info.value.path == "state", (
+                f"save() of a state over max_state_bytes={limits.max_state_bytes} must raise "
+                "SessionTooLargeError naming the state: expected path 'state', found "
+                f"{info.value.path!r}"
+            )
+            assert marker not in str(info.value), (
+                "SessionTooLargeError must never echo the value it refused: the message holds "
+                f"the state's content: {str(info.value)[:200]!r}"
+            )
+        assert snapshot(await self.readback(manager, session.session_id)) == before, (
+            "a save() refused with SessionTooLargeError must write nothing (it is refused "
+            f"before any I/O): expected {session.session_id!r} to read back as before, the "
+            "stored session differs"
+        )
 
 
 # -- the fuzz: hostile ids, values, events, options and misuse, every one a contract check --
@@ -511,7 +638,10 @@ class MisuseFuzzTests(SuiteBase):
         finally:
             request.node.user_properties.append(("misuse_fuzz", tally.summary()))
             print(f"\n{type(manager).__name__} fuzz: {tally.summary()}")
-        assert tally.cases >= min(examples, 1)
+        assert tally.cases >= min(examples, 1), (
+            f"the misuse fuzz must run at least one case ({FUZZ_EXAMPLES_ENV}={examples}): "
+            f"it ran {tally.cases}"
+        )
 
     async def _misuse(
         self,
@@ -535,14 +665,24 @@ class MisuseFuzzTests(SuiteBase):
             except SessionError:
                 if before is None:
                     with contextlib.suppress(InvalidInputError):
-                        assert await manager.get(session_id) is None, "a refused create stored"
+                        assert await manager.get(session_id) is None, (
+                            f"a create({session_id!r:.80}) refused with a SessionError must "
+                            "store nothing: expected get() to return None, found a session"
+                        )
                 raise
             self.track(session_id)
-            assert snapshot(await self.readback(manager, session_id)) == snapshot(created)
+            assert snapshot(await self.readback(manager, session_id)) == snapshot(created), (
+                f"a create({session_id!r:.80}) that succeeded must read back as it returned: "
+                "the stored session differs or is missing"
+            )
             return "stored"
         if kind == "last-events":
             loaded = await manager.get(session.session_id, last_events=case[1])
-            assert loaded is not None and len(loaded.events) == min(max(case[1], 0), 1)
+            assert loaded is not None and len(loaded.events) == min(max(case[1], 0), 1), (
+                f"get(sid, last_events={case[1]}) of a 1-event session must load "
+                f"{min(max(case[1], 0), 1)} event(s), found "
+                f"{'None' if loaded is None else f'{len(loaded.events)} event(s)'}"
+            )
             return "loaded"
         if kind == "options":
             _, name, value = case
@@ -550,7 +690,10 @@ class MisuseFuzzTests(SuiteBase):
             try:
                 await varied.open()
                 probe = await varied.create(self.new_id("opt"))
-                assert snapshot(await varied.get(probe.session_id)) == snapshot(probe)
+                assert snapshot(await varied.get(probe.session_id)) == snapshot(probe), (
+                    f"with_options({name}={value!r:.60}) was accepted, so a create() through it "
+                    "must read back with get() as created: the session read back differs"
+                )
                 await varied.delete(probe.session_id)
             finally:
                 await varied.close()
@@ -570,7 +713,10 @@ class MisuseFuzzTests(SuiteBase):
                 session.state = {"original": True}
                 await manager.save(session)
                 raise AssertionError("the original saved over its copy's save")
-            assert snapshot(await self.readback(manager, session.session_id)) == expected
+            assert snapshot(await self.readback(manager, session.session_id)) == expected, (
+                "a save() of the original that raised SessionConflictError must write nothing: "
+                "the stored session must be the one its copy saved, it differs"
+            )
             return "stored"
         if kind == "append":
             session.events.extend(case[1])
@@ -581,5 +727,8 @@ class MisuseFuzzTests(SuiteBase):
         else:
             session.state[case[1]] = case[2]
         await manager.save(session)
-        assert snapshot(await self.readback(manager, session.session_id)) == snapshot(session)
+        assert snapshot(await self.readback(manager, session.session_id)) == snapshot(session), (
+            f"a save() that succeeded after {kind!r} must round-trip: expected the stored "
+            f"session to read back as saved (version {session.version}), it differs"
+        )
         return "stored"

@@ -78,7 +78,10 @@ class NewOpsRaceTests(SuiteBase):
             for _ in range(READ_ROUNDS):
                 for tail in (None, 3):
                     got = await reader.get(session_id, last_events=tail)
-                    assert got is not None
+                    assert got is not None, (
+                        f"get({session_id!r}, last_events={tail}) returned None while "
+                        "compactions raced it: a stored session must stay visible throughout"
+                    )
                     seen.append((got.version, tail, [e.content for e in got.events]))
                     reads += 1
                 if done.is_set():
@@ -87,7 +90,10 @@ class NewOpsRaceTests(SuiteBase):
             return reads
 
         _, *reads = await asyncio.gather(write(), read(), read())
-        assert all(count > 0 for count in reads)
+        assert all(count > 0 for count in reads), (
+            "each reader racing the compactions must complete at least one get(): reads per "
+            f"reader were {reads}"
+        )
         problems = []
         for version, tail, contents in seen:
             whole = history.get(version)
@@ -139,7 +145,10 @@ class NewOpsRaceTests(SuiteBase):
 
         _, *reads = await asyncio.gather(write(), read(), read())
         assert not problems, f"a reader saw half a restore: {problems[:3]}"
-        assert all(count > 0 for count in reads)
+        assert all(count > 0 for count in reads), (
+            "each reader racing the restores must complete at least one round of get() calls: "
+            f"reads per reader were {reads}"
+        )
 
     async def test_concurrent_compactions_exactly_one_lands(self, manager: SessionManager) -> None:
         """Of 10 copies of one version compacted concurrently (full and tail copies,
@@ -156,7 +165,10 @@ class NewOpsRaceTests(SuiteBase):
             copy = await managers[index % len(managers)].get(
                 sid, last_events=None if index % 2 else 10
             )
-            assert copy is not None
+            assert copy is not None, (
+                f"get({sid!r}, last_events={None if index % 2 else 10}) returned None for copy "
+                f"{index}: a session just saved must be found"
+            )
             copies.append(copy)
             cuts.append(index % 4)
         results = await asyncio.gather(
@@ -177,12 +189,20 @@ class NewOpsRaceTests(SuiteBase):
         winner = copies[landed[0]]
         stored = await self.readback(manager, sid)
         assert snapshot(stored) == snapshot(winner), "the stored session is not the winner's"
-        assert stored is not None and stored.version == base.version + 1
+        assert stored is not None and stored.version == base.version + 1, (
+            f"of {CONTENDERS} concurrent compactions exactly one landed, so the stored version "
+            f"must be {base.version + 1}: found "
+            f"{'None' if stored is None else f'version {stored.version}'}"
+        )
         replaced = 12 - (len(winner.events) - 1)
         assert await manager.archived_events(sid) == base.events[:replaced], (
             "the archive does not hold exactly the winner's replaced events, once"
         )
-        assert (await self.inventory(manager, sid)).archived == replaced
+        assert (await self.inventory(manager, sid)).archived == replaced, (
+            f"storage must hold exactly the winner's {replaced} archived events for {sid!r}, "
+            "once: raw_inventory() reports another count (a loser archived too, or the winner "
+            "twice)"
+        )
         await self.check_positions(manager, sid, len(winner.events))
 
     async def test_concurrent_restores_across_managers(self, manager: SessionManager) -> None:
@@ -212,7 +232,10 @@ class NewOpsRaceTests(SuiteBase):
         self.clock.advance(PAST_TTL)
         await self._race_restores(managers, old.session_id)
         if manager.capabilities.compaction:
-            assert await expiring.archived_events(old.session_id) == []
+            assert await expiring.archived_events(old.session_id) == [], (
+                f"restore() onto the expired id {old.session_id!r} must keep nothing of the "
+                "expired life's archive: archived_events() still returns events"
+            )
 
     async def _race_restores(self, managers: list[SessionManager], sid: str) -> None:
         candidates = [_exported(sid, f"user-{n}", events=n + 1) for n in range(CONTENDERS)]

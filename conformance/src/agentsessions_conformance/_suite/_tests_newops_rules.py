@@ -187,7 +187,9 @@ class NewOpsRuleTests(SuiteBase):
             first.add_event("user", f"old {index}")
         await manager.save(first)
         stale = await manager.get(session_id)
-        assert stale is not None
+        assert stale is not None, (
+            f"get({session_id!r}) returned None: a session just saved must be found"
+        )
         await manager.delete(session_id)
         second = await manager.create(session_id)
         for index in range(4):
@@ -218,10 +220,16 @@ class NewOpsRuleTests(SuiteBase):
         sid = mine.session_id
         await _lose_save(manager, mine, "mine")
         other = await manager.get(sid)
-        assert other is not None
+        assert other is not None, (
+            f"get({sid!r}) returned None after a save() whose reply was lost: the session must "
+            "be found"
+        )
         await manager.rewind(other, other.events[-2].id)  # another write of the session
         before = await self.readback(manager, sid)
-        assert before is not None
+        assert before is not None, (
+            f"get({sid!r}) (read-back) returned None after rewind(): the session must still be "
+            "stored"
+        )
         try:
             await manager.save(mine)  # the very request, token and all
         except SessionConflictError:
@@ -259,7 +267,10 @@ class NewOpsRuleTests(SuiteBase):
         borrowed = dataclasses.replace(pending.sent, token=token)
         await manager._save(borrowed, borrowed.record.updated_at)
         stored = await self.readback(manager, other.session_id)
-        assert stored is not None
+        assert stored is not None, (
+            f"get({other.session_id!r}) (read-back) returned None after a save carrying another "
+            "session's token: the session must still be stored"
+        )
         assert [e.content for e in stored.events] == ["e0", "meant for B"], (
             "a save of session B carrying a token of session A must be applied, not taken "
             f"as landed: B holds {[e.content for e in stored.events]}"
@@ -278,7 +289,10 @@ class NewOpsRuleTests(SuiteBase):
 
         async def write(index: int) -> None:
             copy = await manager.get(sid, last_events=2)
-            assert copy is not None
+            assert copy is not None, (
+                f"get({sid!r}, last_events=2) returned None before write {index}: the session "
+                "must still be found"
+            )
             if compaction and index % 7 == 3 and copy.events:
                 await manager.compact(copy, copy.events[0].id, [_summary(f"c{index}")])
             elif branching and index % 7 == 5 and len(copy.events) >= 2:
@@ -290,12 +304,18 @@ class NewOpsRuleTests(SuiteBase):
         for index in range(TOKENS_KEPT + 8):
             await write(index)
         mine = await manager.get(sid, last_events=2)
-        assert mine is not None
+        assert mine is not None, (
+            f"get({sid!r}, last_events=2) returned None after {TOKENS_KEPT + 8} writes: the "
+            "session must still be found"
+        )
         await _lose_save(manager, mine, "mine")
         for index in range(TOKENS_KEPT - 1):
             await write(1000 + index)
         before = await self.readback(manager, sid)
-        assert before is not None
+        assert before is not None, (
+            f"get({sid!r}) (read-back) returned None after {TOKENS_KEPT - 1} further writes: "
+            "the session must still be stored"
+        )
         try:
             await manager.save(mine)
         except SessionConflictError:
@@ -327,7 +347,10 @@ class NewOpsRuleTests(SuiteBase):
             await space.save(session)
             await space.compact(session, session.events[1].id, [_summary("s")], archive=True)
         kept = _held(await self.inventory(right, sid))
-        assert await left.delete_user(user) == 1
+        assert await left.delete_user(user) == 1, (
+            f"delete_user({user!r}) must count the one session of that user in its own "
+            "namespace (not the same id in another namespace): it returned another count"
+        )
         await self.check_erased(left, sid, "delete_user() erased the session with its archive")
         found = _held(await self.inventory(right, sid))
         assert found == kept, (

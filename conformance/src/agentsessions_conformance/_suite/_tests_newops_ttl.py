@@ -64,11 +64,17 @@ class NewOpsExpiryTests(SuiteBase):
             await expiring.compact(session, session.events[2].id, [_summary("a")], archive=True)
             lineage = await _lineage(expiring, sid)
             tail = await expiring.get(sid, last_events=2)
-            assert tail is not None
+            assert tail is not None, (
+                f"get({sid!r}, last_events=2) returned None right after compact(): a live "
+                "session must be found"
+            )
             self.clock.advance(TTL - 0.001)
             assert await expiring.archived_events(sid) == replaced, "archive lost before expiry"
             since = await _since(expiring, sid, len(session.events), lineage or _FOREIGN_LINEAGE)
-            assert since.record.version == session.version
+            assert since.record.version == session.version, (
+                f"_load_since({sid!r}) a moment before the expiry must return the current "
+                f"record: expected version {session.version}, found {since.record.version}"
+            )
             self.clock.advance(0.002)
             now = self.clock.now()
             for user in (None, owner, self.new_user()):
@@ -103,9 +109,16 @@ class NewOpsExpiryTests(SuiteBase):
             self.clock.advance(TTL * 0.6)  # past the save's ttl, within the compaction's
             alive = await expiring.get(session.session_id)
             assert alive is not None, "the compaction did not refresh the expiry"
-            assert [e.content for e in alive.events] == [{"summary": "kept alive"}, "e2", "e3"]
+            assert [e.content for e in alive.events] == [{"summary": "kept alive"}, "e2", "e3"], (
+                "get() after compact() must return the compacted history: expected "
+                "[{'summary': 'kept alive'}, 'e2', 'e3'], found "
+                f"{[e.content for e in alive.events[:8]]!r}"
+            )
             self.clock.advance(TTL * 0.6)
-            assert await expiring.get(session.session_id) is None
+            assert await expiring.get(session.session_id) is None, (
+                f"get({session.session_id!r}) more than ttl ({TTL} s) after the last compact() "
+                "must return None (the session expired): it still found the session"
+            )
 
     @pytest.mark.parametrize("how", ["create", "restore", "fork"])
     async def test_recreated_id_keeps_nothing_of_its_expired_life(
@@ -160,18 +173,33 @@ class NewOpsExpiryTests(SuiteBase):
         self.clock.advance(2 * PAST_TTL if shared else TTL - 0.001)
         stored = await lasting.get(sid)
         assert stored is not None, "the new life expired with the old one's expiry"
-        assert stored.user_id == new_owner
-        assert len(stored.events) == 2 and all("old" not in str(e.content) for e in stored.events)
+        assert stored.user_id == new_owner, (
+            f"{how}() onto the expired id {sid!r} must give it the new owner {new_owner!r}: "
+            f"found user_id={stored.user_id!r} (the old owner was {old_owner!r})"
+        )
+        assert len(stored.events) == 2 and all(
+            "old" not in str(e.content) for e in stored.events
+        ), (
+            f"{how}() onto the expired id {sid!r} must keep none of the old life's events: "
+            "expected the 2 new events, found "
+            f"{[e.content for e in stored.events[:8]]!r}"
+        )
         await self.check_positions(lasting, sid, 2)
         assert (await self.inventory(lasting, sid)).archived == 0, "the old life's archive survived"
         if compaction:
             assert await lasting.archived_events(sid) == [], "the old life's archive survived"
-        assert await lasting.purge_expired() >= 0
+        assert await lasting.purge_expired() >= 0, (
+            "purge_expired() must return the number of sessions it removed (>= 0): it "
+            "returned a negative count"
+        )
         assert await lasting.get(sid) is not None, "purge_expired() removed the new life"
 
         listed = {s.session_id for s in await self.list_all(lasting, user_id=old_owner)}
         assert sid not in listed, "the old owner's listing still lists the id"
-        assert sid in {s.session_id for s in await self.list_all(lasting, user_id=new_owner)}
+        assert sid in {s.session_id for s in await self.list_all(lasting, user_id=new_owner)}, (
+            f"list_sessions(user_id={new_owner!r}) must list {sid!r}, which {how}() wrote for "
+            "that owner onto an expired id: it is not listed"
+        )
         assert await lasting.delete_user(old_owner) == 0, "delete_user(old owner) counted it"
         assert await lasting.get(sid) is not None, "delete_user() of the old owner deleted it"
 
@@ -184,15 +212,32 @@ class NewOpsExpiryTests(SuiteBase):
 
         if compaction:
             full = await lasting.get(sid)
-            assert full is not None
+            assert full is not None, (
+                f"get({sid!r}) returned None: the session {how}() wrote must still be found"
+            )
             await lasting.compact(full, full.events[0].id, [_summary("new")], archive=True)
-            assert await lasting.archived_events(sid) == stored.events[:1]
+            assert await lasting.archived_events(sid) == stored.events[:1], (
+                f"archived_events({sid!r}) after compact(archive=True) of the new life's first "
+                "event must return exactly that event, none of the old life's archive: expected "
+                f"{[e.content for e in stored.events[:1]]!r}"
+            )
             await self.check_positions(lasting, sid, 2)
         again = await lasting.get(sid, last_events=1)
-        assert again is not None
+        assert again is not None, (
+            f"get({sid!r}, last_events=1) returned None: the session {how}() wrote must still "
+            "be found"
+        )
         again.add_event("user", "new 2")
         await lasting.save(again)
         final = await self.readback(lasting, sid)
-        assert final is not None
-        assert [e.id for e in final.events][-2:] == [stored.events[1].id, again.events[-1].id]
+        assert final is not None, (
+            f"get({sid!r}) (read-back) returned None after save() of a tail load: the session "
+            "must still be found"
+        )
+        assert [e.id for e in final.events][-2:] == [stored.events[1].id, again.events[-1].id], (
+            f"save() of a tail load of the id {how}() wrote must append after the new life's "
+            "events: expected the last two event ids to be "
+            f"{[stored.events[1].id, again.events[-1].id]!r}, found "
+            f"{[e.id for e in final.events][-2:]!r}"
+        )
         await self.check_positions(lasting, sid, 3)

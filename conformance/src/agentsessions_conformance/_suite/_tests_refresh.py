@@ -35,7 +35,9 @@ async def _since(
 
 
 def _contents(session: Session | None) -> list[object]:
-    assert session is not None
+    assert session is not None, (
+        "get() (read-back) returned None: the session the clause wrote must still be stored"
+    )
     return [event.content for event in session.events]
 
 
@@ -61,7 +63,11 @@ class RefreshTests(SuiteBase):
 
         loaded = await _since(manager, session_id, 3, lineage or _FOREIGN_LINEAGE)
         record = loaded.record
-        assert (record.version, record.event_count) == (3, 5)
+        assert (record.version, record.event_count) == (3, 5), (
+            "_load_since() after create() and two saves (5 events) must return the current "
+            "record: expected (version, event_count) (3, 5), found "
+            f"{(record.version, record.event_count)}"
+        )
         assert record.lineage == lineage, "an append changed the stored lineage"
         found = [event.id for event in loaded.events]
         allowed = [ids[3:], ids] if lineage else [ids]
@@ -71,11 +77,14 @@ class RefreshTests(SuiteBase):
         )
         if lineage:
             same = await _since(manager, session_id, 5, lineage)
-            assert [event.id for event in same.events] in ([], ids)
+            assert [event.id for event in same.events] in ([], ids), (
+                "_load_since(n=5) of an unchanged 5-event session must return no event after "
+                f"the copy (or the whole history): it returned {len(same.events)} events"
+            )
         assert (
             await manager._load_since(self.new_id(), 0, _FOREIGN_LINEAGE, manager.clock.now())
             is None
-        )
+        ), "_load_since() of an id never stored must return None: it returned a session"
 
     async def test_load_since_after_a_rewrite_returns_every_event(
         self, manager: SessionManager
@@ -95,7 +104,10 @@ class RefreshTests(SuiteBase):
         await manager.save(session)
 
         loaded = await _since(manager, session_id, 3, lineage or _FOREIGN_LINEAGE)
-        assert loaded.record.event_count == 5
+        assert loaded.record.event_count == 5, (
+            "_load_since() after a rewrite that left 5 events must return the current record: "
+            f"expected event_count 5, found {loaded.record.event_count}"
+        )
         assert [event.id for event in loaded.events] == [event.id for event in session.events], (
             "_load_since() extended a copy whose history was rewritten since"
         )
@@ -118,7 +130,10 @@ class RefreshTests(SuiteBase):
             seen.append([event.content for event in copy.events])
             if len(seen) == 1:
                 other = await rival.get(session_id)
-                assert other is not None
+                assert other is not None, (
+                    f"get({session_id!r}) from the rival returned None: a session just saved "
+                    "must be found"
+                )
                 del other.events[1:]
                 for index in range(4):
                     other.add_event("rival", f"r{index}")
@@ -127,11 +142,21 @@ class RefreshTests(SuiteBase):
             copy.add_event("user", "mine")
 
         done = await manager.update(session_id, fn)
-        assert seen == [[0, 1, 2, 3], [0, "r0", "r1", "r2", "r3"]]
-        assert done.state == {"rival": True}
+        assert seen == [[0, 1, 2, 3], [0, "r0", "r1", "r2", "r3"]], (
+            "update() that lost a race to a rewrite must call fn first with the history it "
+            "loaded, then once with the rewritten history as stored: expected "
+            f"[[0, 1, 2, 3], [0, 'r0', 'r1', 'r2', 'r3']], fn saw {seen[:4]!r}"
+        )
+        assert done.state == {"rival": True}, (
+            "update()'s retry must start from the state as stored by the rival: expected "
+            f"{{'rival': True}}, update() returned state {done.state!r}"
+        )
         assert _contents(await self.readback(manager, session_id)) == [
             0, "r0", "r1", "r2", "r3", "mine",
-        ]  # fmt: skip
+        ], (
+            "update()'s retry must append to the rewritten history: expected the stored events "
+            "[0, 'r0', 'r1', 'r2', 'r3', 'mine']"
+        )  # fmt: skip
         await self.check_positions(manager, session_id, 6)
 
     async def test_update_retry_sees_a_session_deleted_and_created_again(
@@ -150,7 +175,10 @@ class RefreshTests(SuiteBase):
         async def fn(copy: Session) -> None:
             seen.append([event.content for event in copy.events])
             if len(seen) == 1:
-                assert await rival.delete(session_id)
+                assert await rival.delete(session_id), (
+                    f"delete({session_id!r}) from the rival must return True for a stored "
+                    "session: it returned a false value"
+                )
                 reborn = await rival.create(session_id)
                 for index in range(3):
                     reborn.add_event("new", f"n{index}")
@@ -160,11 +188,21 @@ class RefreshTests(SuiteBase):
             copy.add_event("user", "mine")
 
         done = await manager.update(session_id, fn)
-        assert seen == [[0, 1], ["n0", "n1", "n2", "n3"]]
-        assert done.version == 4
+        assert seen == [[0, 1], ["n0", "n1", "n2", "n3"]], (
+            "update() that lost a race to a delete and create must retry with only the new "
+            "session's events: expected fn to see [[0, 1], ['n0', 'n1', 'n2', 'n3']], it saw "
+            f"{seen[:4]!r}"
+        )
+        assert done.version == 4, (
+            "update()'s retry must save on top of the new session (created at 1, saved twice): "
+            f"expected version 4, update() returned version {done.version}"
+        )
         assert _contents(await self.readback(manager, session_id)) == [
             "n0", "n1", "n2", "n3", "mine",
-        ]  # fmt: skip
+        ], (
+            "update()'s retry must append to the new session's events only: expected the "
+            "stored events ['n0', 'n1', 'n2', 'n3', 'mine']"
+        )  # fmt: skip
         await self.check_positions(manager, session_id, 5)
 
     async def test_update_retry_on_a_tail_extends_it(self, manager: SessionManager) -> None:
@@ -185,8 +223,17 @@ class RefreshTests(SuiteBase):
             copy.add_event("user", "mine")
 
         await manager.update(session_id, fn, last_events=2)
-        assert seen == [(3, [3, 4]), (4, [4, "r"])]
-        assert _contents(await self.readback(manager, session_id)) == [0, 1, 2, 3, 4, "r", "mine"]
+        assert seen == [(3, [3, 4]), (4, [4, "r"])], (
+            "update(last_events=2) that lost a race to an append must retry on the newest 2 "
+            "events as stored, positions included: expected fn to see "
+            f"[(3, [3, 4]), (4, [4, 'r'])] as (first_event_position, contents), it saw {seen[:4]!r}"
+        )
+        assert _contents(await self.readback(manager, session_id)) == [
+            0, 1, 2, 3, 4, "r", "mine",
+        ], (
+            "update(last_events=2)'s retry must append after the rival's event: expected the "
+            "stored events [0, 1, 2, 3, 4, 'r', 'mine']"
+        )  # fmt: skip
         await self.check_positions(manager, session_id, 7)
 
     async def test_update_retry_sees_a_compacted_history(self, manager: SessionManager) -> None:
@@ -206,19 +253,32 @@ class RefreshTests(SuiteBase):
             seen.append([event.content for event in copy.events])
             if len(seen) == 1:
                 other = await rival.get(session_id)
-                assert other is not None
+                assert other is not None, (
+                    f"get({session_id!r}) from the rival returned None: a session just saved "
+                    "must be found"
+                )
                 summary = Event(author="summary", content="s")
                 await rival.compact(other, other.events[1].id, [summary])
                 # Appended through a fresh copy: it carries the lineage the store holds.
                 more = await rival.get(session_id)
-                assert more is not None
+                assert more is not None, (
+                    f"get({session_id!r}) from the rival after compact() returned None: the "
+                    "compacted session must be found"
+                )
                 for index in range(3):
                     more.add_event("rival", f"r{index}")
                 await rival.save(more)
             copy.add_event("user", "mine")
 
         await manager.update(session_id, fn)
-        assert seen == [[0, 1, 2, 3], ["s", 2, 3, "r0", "r1", "r2"]]
+        assert seen == [[0, 1, 2, 3], ["s", 2, 3, "r0", "r1", "r2"]], (
+            "update() that lost a race to a compaction must retry with the compacted history "
+            "as stored: expected fn to see [[0, 1, 2, 3], ['s', 2, 3, 'r0', 'r1', 'r2']], it "
+            f"saw {seen[:4]!r}"
+        )
         assert _contents(await self.readback(manager, session_id)) == [
             "s", 2, 3, "r0", "r1", "r2", "mine",
-        ]  # fmt: skip
+        ], (
+            "update()'s retry must append to the compacted history: expected the stored events "
+            "['s', 2, 3, 'r0', 'r1', 'r2', 'mine']"
+        )  # fmt: skip

@@ -62,16 +62,24 @@ class SaveTokenTests(SuiteBase):
         compaction = manager.capabilities.compaction
         for later, text in ((TOKENS_KEPT - 1, "mine"), (TOKENS_KEPT + 4, "mine again")):
             mine = await manager.get(sid)
-            assert mine is not None
+            assert mine is not None, (
+                f"get({sid!r}) returned None: a session just saved must be found"
+            )
             landed_at = mine.version + 1
             await self._lose_one_save(manager, mine, text)
             landed = await self.readback(manager, sid)
-            assert landed is not None and landed.version == landed_at
+            assert landed is not None and landed.version == landed_at, (
+                "a save() whose reply was lost must still have landed, one version on: "
+                f"expected version {landed_at}, read back "
+                f"{'None' if landed is None else f'version {landed.version}'}"
+            )
             assert [e.content for e in landed.events].count(text) == 1, (
                 "the save whose reply was lost did not land once"
             )
             rival = await manager.get(sid, last_events=2)
-            assert rival is not None
+            assert rival is not None, (
+                f"get({sid!r}, last_events=2) returned None: a session just saved must be found"
+            )
             for index in range(later):
                 if compaction and index % 8 == 7:
                     await manager.compact(rival, rival.events[0].id, [_summary(f"c{index}")])
@@ -82,11 +90,19 @@ class SaveTokenTests(SuiteBase):
                     other.add_event("other", index)
                     await space.save(other)
             stored = await self.readback(manager, sid)
-            assert stored is not None
+            assert stored is not None, (
+                f"get({sid!r}) (read-back) returned None after {later} later writes: the "
+                "session must still be stored"
+            )
             before = snapshot(stored)
             if later < TOKENS_KEPT:
                 await manager.save(mine)  # recognised: the very request, token and all
-                assert mine.version == landed_at
+                assert mine.version == landed_at, (
+                    f"the retried save() of a write that landed {later} writes earlier (within "
+                    f"TOKENS_KEPT={TOKENS_KEPT}) must be recognised, leaving the copy at the "
+                    f"version it landed at: expected version {landed_at}, the copy has "
+                    f"{mine.version}"
+                )
             else:
                 # Past the window: recognised, or refused as stale; either writes nothing.
                 with contextlib.suppress(SessionConflictError):
@@ -108,20 +124,40 @@ class SaveTokenTests(SuiteBase):
         cut = session.events[2].id
         with lost_replies(manager, "_compact") as faults, pytest.raises(BackendUnavailableError):
             await manager.compact(session, cut, [_summary("s")], archive=True)
-        assert faults.lost == 1
+        assert faults.lost == 1, (
+            "compact() must call the backend's _compact hook once, whose reply the kit lost: "
+            f"{faults.lost} replies were lost"
+        )
         stored = await self.readback(manager, sid)
-        assert stored is not None and stored.version == version + 1
+        assert stored is not None and stored.version == version + 1, (
+            "a compact() whose reply was lost must still have landed, one version on: expected "
+            f"version {version + 1}, read back "
+            f"{'None' if stored is None else f'version {stored.version}'}"
+        )
         assert [e.content for e in stored.events] == [
             {"summary": "s"},
             *[f"e{index}" for index in range(3, 8)],
-        ]
-        assert await manager.archived_events(sid) == replaced
+        ], (
+            "a compact() whose reply was lost must have landed the compacted history: expected "
+            "[{'summary': 's'}, 'e3'..'e7'], found "
+            f"{[e.content for e in stored.events[:8]]!r}"
+        )
+        assert await manager.archived_events(sid) == replaced, (
+            f"archived_events({sid!r}) after a compact(archive=True) whose reply was lost must "
+            f"return the 3 replaced events, once: expected {[e.content for e in replaced]!r}"
+        )
         before = snapshot(stored)
         with pytest.raises(SessionConflictError):
             await manager.compact(session, session.events[2].id, [_summary("s")], archive=True)
-        assert snapshot(await self.readback(manager, sid)) == before
+        assert snapshot(await self.readback(manager, sid)) == before, (
+            "compact() again from the same copy raised SessionConflictError, so it must write "
+            f"nothing: {sid!r} reads back changed"
+        )
         assert await manager.archived_events(sid) == replaced, "the archive took them twice"
-        assert (await self.inventory(manager, sid)).archived == 3
+        assert (await self.inventory(manager, sid)).archived == 3, (
+            f"storage must hold exactly the 3 archived events of {sid!r} after a compaction "
+            "that landed once: raw_inventory() reports another count"
+        )
         await self.check_positions(manager, sid, 6)
 
     async def test_lost_request_compaction_retry_lands(self, manager: SessionManager) -> None:
@@ -133,10 +169,17 @@ class SaveTokenTests(SuiteBase):
         with lost_replies(manager, "_compact", landed=False):
             with pytest.raises(BackendUnavailableError):
                 await manager.compact(session, session.events[1].id, [_summary("s")])
-            assert snapshot(await self.readback(manager, session.session_id)) == before
+            assert snapshot(await self.readback(manager, session.session_id)) == before, (
+                "a compact() lost before it reached the backend must write nothing: "
+                f"{session.session_id!r} reads back changed"
+            )
             await manager.compact(session, session.events[1].id, [_summary("s")])
         stored = await self.readback(manager, session.session_id)
-        assert snapshot(stored) == snapshot(session)
+        assert snapshot(stored) == snapshot(session), (
+            "compact() retried from the same copy after a lost request must land: the stored "
+            f"session must equal the compacted copy: expected {snapshot(session)!r}, read back "
+            f"{snapshot(stored)!r}"
+        )
         await self.check_positions(manager, session.session_id, 4)
 
     async def test_lost_reply_restore_lands_once(self, manager: SessionManager) -> None:
@@ -146,15 +189,27 @@ class SaveTokenTests(SuiteBase):
         original = _exported(self.new_id(), self.new_user(), events=5)
         with lost_replies(manager, "_restore"), pytest.raises(BackendUnavailableError):
             await manager.restore(original)
-        assert snapshot(await self.readback(manager, original.session_id)) == snapshot(original)
+        assert snapshot(await self.readback(manager, original.session_id)) == snapshot(original), (
+            "a restore() whose reply was lost must still have landed: "
+            f"{original.session_id!r} must read back exactly as exported, and it does not"
+        )
         with pytest.raises(SessionExistsError):
             await manager.restore(original)
-        assert snapshot(await self.readback(manager, original.session_id)) == snapshot(original)
+        assert snapshot(await self.readback(manager, original.session_id)) == snapshot(original), (
+            "restore() again raised SessionExistsError, so it must write nothing: "
+            f"{original.session_id!r} no longer reads back exactly as exported"
+        )
         await self.check_positions(manager, original.session_id, 5)
         unsent = _exported(self.new_id(), self.new_user(), events=2)
         with lost_replies(manager, "_restore", landed=False):
             with pytest.raises(BackendUnavailableError):
                 await manager.restore(unsent)
-            assert await self.readback(manager, unsent.session_id) is None
+            assert await self.readback(manager, unsent.session_id) is None, (
+                "a restore() lost before it reached the backend must write nothing: "
+                f"get({unsent.session_id!r}) found the session"
+            )
             await manager.restore(unsent)
-        assert snapshot(await self.readback(manager, unsent.session_id)) == snapshot(unsent)
+        assert snapshot(await self.readback(manager, unsent.session_id)) == snapshot(unsent), (
+            "restore() retried after a lost request must land: "
+            f"{unsent.session_id!r} must read back exactly as exported, and it does not"
+        )

@@ -242,7 +242,10 @@ class WireFaultTests(SuiteBase):
             )
             assert stored is not None, "the manager did not recover once the server answered"
             fresh = await wired.get(session_id)
-            assert fresh is not None
+            assert fresh is not None, (
+                f"get({session_id!r}) through the proxy returned None once the server answered "
+                "again: the session created before the freeze must be found"
+            )
             fresh.add_event("user", "after")
             await wired.save(fresh)
 
@@ -262,7 +265,10 @@ class WireFaultTests(SuiteBase):
                 WIRE_TIMEOUT,
             )
             proxy.mode = ProxyMode.PASS
-            assert await _bounded(wired.get(session_id), WIRE_TIMEOUT + 10) is not None
+            assert await _bounded(wired.get(session_id), WIRE_TIMEOUT + 10) is not None, (
+                f"get({session_id!r}) after connections were reset and traffic flows again must "
+                "find the session created before: it returned None (the manager did not recover)"
+            )
 
     async def test_wire_lost_reply_save_retry_lands_exactly_once(
         self, manager: SessionManager
@@ -282,13 +288,26 @@ class WireFaultTests(SuiteBase):
                 BackendUnavailableError,
                 WIRE_TIMEOUT,
             )
-            assert proxy.dropped_replies >= 1
+            assert proxy.dropped_replies >= 1, (
+                "no reply was lost while the proxy dropped replies, so save() never reached the "
+                f"server: the clause proved nothing (dropped_replies={proxy.dropped_replies})"
+            )
             proxy.mode = ProxyMode.PASS
             await _bounded(wired.save(session), WIRE_TIMEOUT + 10)
             stored = await self.readback(manager, session_id)
-            assert stored is not None
-            assert [e.content for e in stored.events] == ["exactly-once"]
-            assert stored.version == version + 1
+            assert stored is not None, (
+                f"get({session_id!r}) (read-back) returned None after save() was retried: the "
+                "session must still be stored"
+            )
+            assert [e.content for e in stored.events] == ["exactly-once"], (
+                "save() whose replies were lost, retried unchanged, must have landed its event "
+                "exactly once: expected ['exactly-once'], found "
+                f"{[e.content for e in stored.events[:8]]!r}"
+            )
+            assert stored.version == version + 1, (
+                "save() whose replies were lost, retried unchanged, must take one version step: "
+                f"expected version {version + 1}, found {stored.version}"
+            )
             await self.check_positions(manager, session_id, 1)
 
     async def test_wire_one_lost_reply_save_lands_once(self, manager: SessionManager) -> None:
@@ -320,8 +339,14 @@ class WireFaultTests(SuiteBase):
                 )
             assert proxy.dropped_replies >= 1, "no reply was lost: the clause proved nothing"
             stored = await self.readback(manager, session_id)
-            assert stored is not None
-            assert [e.content for e in stored.events] == ["before", "once"]
+            assert stored is not None, (
+                f"get({session_id!r}) (read-back) returned None after a save() that lost one "
+                "reply: the session must still be stored"
+            )
+            assert [e.content for e in stored.events] == ["before", "once"], (
+                "save() that lost one reply must have landed its event exactly once: expected "
+                f"['before', 'once'], found {[e.content for e in stored.events[:8]]!r}"
+            )
             assert stored.version == version + 1, "the save took more than one version step"
             await self.check_positions(manager, session_id, 2)
 
@@ -352,12 +377,20 @@ class WireFaultTests(SuiteBase):
             )
             assert proxy.dropped_replies >= 1, "no reply was lost: the clause proved nothing"
             stored = await self.readback(manager, session_id)
-            assert stored is not None
+            assert stored is not None, (
+                f"get({session_id!r}) (read-back) returned None after an update() that lost one "
+                "reply: the session must still be stored"
+            )
             assert [e.content for e in stored.events] == ["before", "append-1"], (
                 "update() applied its function again after one lost reply: the save "
                 "that landed was taken for a lost race"
             )
-            assert calls == 1 and stored.version == version + 1 == done.version
+            assert calls == 1 and stored.version == version + 1 == done.version, (
+                "update() whose save lost one reply must apply fn once and take one version "
+                f"step: expected 1 call and version {version + 1} stored and returned, found "
+                f"{calls} calls, stored version {stored.version}, returned version "
+                f"{done.version}"
+            )
             await self.check_positions(manager, session_id, 2)
 
     async def test_wire_refused_connection_is_backend_unavailable(
