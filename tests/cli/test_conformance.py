@@ -37,13 +37,24 @@ def test_cli_runs_kit_on_memory(tmp_path: Path) -> None:
         cwd=tmp_path,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "test_create_never_overwrites" in done.stdout
-    assert "test_list_invalid_limit_raises[0]" in done.stdout  # ids printed, not eaten as markup
-    assert "MemorySessionManager" in done.stdout
-    assert "\x1b[" not in done.stdout  # not a terminal: no colour codes
     data = json.loads(report.read_text())
     assert data["summary"] == {"passed": len(data["clauses"])}
+    # Without -v, passes are counted, not listed.
+    assert "test_create_never_overwrites" not in done.stdout, done.stdout
+    assert "every clause passed" in done.stdout
+    assert f"{len(data['clauses'])} passed" in done.stdout
+    assert "MemorySessionManager" in done.stdout
     assert not (tmp_path / ".pytest_cache").exists()
+
+
+def test_cli_lists_passes_under_verbose(tmp_path: Path) -> None:
+    done = _cli(
+        "conformance", "memory://", "-v", "-k", "(create or list_) and not wire", cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "test_create_never_overwrites" in done.stdout
+    assert "test_list_invalid_limit_raises[0]" in done.stdout  # ids printed, not eaten as markup
+    assert "\x1b[" not in done.stdout  # not a terminal: no colour codes
 
 
 def test_cli_fails_on_broken_backend_and_masks_password(tmp_path: Path) -> None:

@@ -31,14 +31,18 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "conformance",
         help="check a backend URL against the SessionManager contract",
         description=(
-            "Run the agentsessions conformance kit against URL and print each clause's "
-            "outcome. Exits non-zero if any clause fails."
+            "Run the agentsessions conformance kit against URL and print every clause "
+            "that did not pass (failed, errors, skips with their reasons) and a summary; "
+            "-v lists the passes too. Exits non-zero if any clause fails."
         ),
     )
     parser.add_argument("url", help="backend URL, e.g. postgresql://user:pw@host/db")
     parser.add_argument("--report", metavar="PATH", help="also write a JSON report to PATH")
     parser.add_argument(
         "-k", dest="keyword", metavar="EXPR", help="only clauses matching EXPR (pytest -k)"
+    )
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="list the clauses that passed too"
     )
     parser.set_defaults(func=_run)
 
@@ -72,6 +76,8 @@ def _run(args: argparse.Namespace) -> int:
     counts: dict[str, int] = {}
     for result in outcome.results:
         counts[result.outcome] = counts.get(result.outcome, 0) + 1
+        if result.outcome == "passed" and not args.verbose:
+            continue
         detail = Text(result.clause)
         if result.message:
             message = result.message.replace(args.url, masked)
@@ -82,7 +88,10 @@ def _run(args: argparse.Namespace) -> int:
             f"{result.duration:.2f}",
             detail,
         )
-    console.print(table)
+    if table.row_count:
+        console.print(table)
+    else:
+        console.print(f"{title}: every clause passed (-v lists them)")
     console.print(", ".join(f"{n} {what}" for what, n in sorted(counts.items())))
     if args.report:
         console.print(f"JSON report: {args.report}")
