@@ -30,7 +30,7 @@ from .._inventory import Inventory
 from .._plugins import find_inventory
 from .._state import BackendInfo, recorder_of
 
-__all__ = ["DEFAULT_TIME_LIMIT", "SuiteBase", "snapshot", "within"]
+__all__ = ["DEFAULT_TIME_LIMIT", "SuiteBase", "pictured", "short", "snapshot", "within"]
 
 #: Seconds a clause may take by default; generous, since a failure is what it buys.
 DEFAULT_TIME_LIMIT = 60.0
@@ -44,6 +44,23 @@ T = TypeVar("T")
 def snapshot(session: Session | None) -> dict[str, Any] | None:
     """A plain, comparable picture of everything a session holds (None stays None)."""
     return None if session is None else session.model_dump()
+
+
+def short(value: Any, limit: int = 160) -> str:
+    """``repr(value)``, cut to *limit* characters for a failure message."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} chars)"
+
+
+def pictured(picture: dict[str, Any] | None) -> str:
+    """A short description of a `snapshot` (version, events, state) for a failure message."""
+    if picture is None:
+        return "no session"
+    contents = [event["content"] for event in picture["events"]]
+    return (
+        f"version {picture['version']} with {len(contents)} events {short(contents[:8])} "
+        f"and state {short(picture['state'])}"
+    )
 
 
 async def within(seconds: float, awaitable: Awaitable[T], what: str) -> T:

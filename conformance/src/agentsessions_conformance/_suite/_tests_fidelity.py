@@ -10,7 +10,7 @@ import pytest
 from agentsessions import Event, InvalidInputError, SessionManager, SessionSerializationError
 from pydantic import BaseModel
 
-from ._base import SuiteBase, snapshot
+from ._base import SuiteBase, pictured, short, snapshot
 
 UNICODE = {
     "emoji": "🤖👩🏽‍💻🏳️‍🌈",
@@ -38,37 +38,18 @@ def _depth(value: Any) -> int:
     return depth
 
 
-def _short(value: Any, limit: int = 160) -> str:
-    """``repr(value)``, cut to *limit* characters for a failure message."""
-    text = repr(value)
-    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} chars)"
-
-
 def _difference(found: Any, expected: list[Any] | str) -> str:
     """Where *found* first departs from *expected* (a list or a str), for a failure message."""
     if not isinstance(found, list | str):
-        return f"expected a {type(expected).__name__}, found {type(found).__name__} {_short(found)}"
+        return f"expected a {type(expected).__name__}, found {type(found).__name__} {short(found)}"
     for index, (got, want) in enumerate(zip(found, expected, strict=False)):
         if got != want:
-            return (
-                f"first difference at index {index}: expected {_short(want)}, found {_short(got)}"
-            )
+            return f"first difference at index {index}: expected {short(want)}, found {short(got)}"
     return f"expected {len(expected)} items, found {len(found)}"
 
 
 def _dumped(events: list[Event]) -> list[dict[str, Any]]:
     return [event.model_dump() for event in events]
-
-
-def _pictured(picture: dict[str, Any] | None) -> str:
-    """A short description of a `snapshot` (version, events, state) for a failure message."""
-    if picture is None:
-        return "no session"
-    contents = [event["content"] for event in picture["events"]]
-    return (
-        f"version {picture['version']} with {len(contents)} events {_short(contents[:8])} "
-        f"and state {_short(picture['state'])}"
-    )
 
 
 class _Profile(BaseModel):
@@ -107,8 +88,8 @@ class FidelityTests(SuiteBase):
         assert stored.state == {v: v for v in UNICODE.values()}, (
             "save() then get() must return Unicode state keys and values (emoji, RTL, "
             "combining marks, control characters) unchanged: expected "
-            f"{_short({v: v for v in UNICODE.values()}, 400)}, read back "
-            f"{_short(stored.state, 400)}"
+            f"{short({v: v for v in UNICODE.values()}, 400)}, read back "
+            f"{short(stored.state, 400)}"
         )
         assert [e.model_dump() for e in stored.events] == [e.model_dump() for e in events], (
             "save() then get() must return events with Unicode authors, content and metadata "
@@ -124,15 +105,15 @@ class FidelityTests(SuiteBase):
         )
         assert stored.state == {"nul": "a\x00b", "k\x00ey": 1}, (
             "save() then get() must keep NUL characters in state keys and values: expected "
-            f"{{'nul': 'a\\x00b', 'k\\x00ey': 1}}, read back {_short(stored.state)}"
+            f"{{'nul': 'a\\x00b', 'k\\x00ey': 1}}, read back {short(stored.state)}"
         )
         assert stored.events[0].content == "before\x00after", (
             "save() then get() must keep a NUL character inside event content: expected "
-            f"'before\\x00after', read back {_short(stored.events[0].content)}"
+            f"'before\\x00after', read back {short(stored.events[0].content)}"
         )
         assert stored.events[0].metadata == {"k": "\x00"}, (
             "save() then get() must keep a NUL character inside event metadata: expected "
-            f"{{'k': '\\x00'}}, read back {_short(stored.events[0].metadata)}"
+            f"{{'k': '\\x00'}}, read back {short(stored.events[0].metadata)}"
         )
 
     async def test_deeply_nested_json_round_trips(self, manager: SessionManager) -> None:
@@ -143,11 +124,11 @@ class FidelityTests(SuiteBase):
         )
         assert stored.state["deep"] == deep, (
             "save() then get() must return JSON nested 90 levels deep in state unchanged: "
-            f"expected {_short(deep)}, read back {_short(stored.state['deep'])}"
+            f"expected {short(deep)}, read back {short(stored.state['deep'])}"
         )
         assert stored.events[0].content == deep, (
             "save() then get() must return JSON nested 90 levels deep in event content "
-            f"unchanged: expected {_short(deep)}, read back {_short(stored.events[0].content)}"
+            f"unchanged: expected {short(deep)}, read back {short(stored.events[0].content)}"
         )
         assert _depth(stored.events[0].content) == 90, (
             "save() then get() must keep all 90 levels of nested event content: expected "
@@ -170,7 +151,7 @@ class FidelityTests(SuiteBase):
         assert snapshot(await self.readback(manager, session.session_id)) == before, (
             "save() of JSON nested 102 levels deep (in state, then in an event) must raise "
             "SessionSerializationError and write nothing: expected the stored session to "
-            f"stay {_pictured(before)}, but what get() reads back now differs"
+            f"stay {pictured(before)}, but what get() reads back now differs"
         )
 
     async def test_int64_bounds_round_trip(self, manager: SessionManager) -> None:
@@ -184,7 +165,7 @@ class FidelityTests(SuiteBase):
         for got in (stored.state["ints"], stored.events[0].content):
             assert got == values, (
                 "save() then get() must return integers up to the 64-bit bounds exactly, in "
-                f"state and in event content: expected {values!r}, read back {_short(got, 400)}"
+                f"state and in event content: expected {values!r}, read back {short(got, 400)}"
             )
             assert all(type(v) is int for v in got), (
                 "save() then get() must return integers as int, not float or str: read back "
@@ -192,11 +173,11 @@ class FidelityTests(SuiteBase):
             )
         assert stored.state["max"] == 2**63 - 1, (
             "save() then get() must return state 2**63-1 exactly: expected "
-            f"{2**63 - 1}, read back {_short(stored.state['max'])}"
+            f"{2**63 - 1}, read back {short(stored.state['max'])}"
         )
         assert stored.events[0].metadata == {"min": -(2**63)}, (
             "save() then get() must return event metadata -2**63 exactly: expected "
-            f"{{'min': {-(2**63)}}}, read back {_short(stored.events[0].metadata)}"
+            f"{{'min': {-(2**63)}}}, read back {short(stored.events[0].metadata)}"
         )
 
     async def test_int_beyond_int64_is_rejected(self, manager: SessionManager) -> None:
@@ -214,7 +195,7 @@ class FidelityTests(SuiteBase):
         assert snapshot(await self.readback(manager, session.session_id)) == before, (
             "save() of an int outside 64 bits (in state, then in an event) must raise "
             "SessionSerializationError and write nothing: expected the stored session to "
-            f"stay {_pictured(before)}, but what get() reads back now differs"
+            f"stay {pictured(before)}, but what get() reads back now differs"
         )
 
     async def test_floats_round_trip(self, manager: SessionManager) -> None:
@@ -226,7 +207,7 @@ class FidelityTests(SuiteBase):
         for got in (stored.state["floats"], stored.events[0].content):
             assert got == values, (
                 "save() then get() must return floats exactly (no rounding), in state and in "
-                f"event content: expected {values!r}, read back {_short(got, 400)}"
+                f"event content: expected {values!r}, read back {short(got, 400)}"
             )
             assert all(type(v) is float for v in got), [type(v).__name__ for v in got]
             assert [math.copysign(1, v) for v in got] == [math.copysign(1, v) for v in values], (
@@ -242,12 +223,12 @@ class FidelityTests(SuiteBase):
         _, stored = await self._roundtrip(manager, state=dict(value), events=events)
         assert stored.state == value, (
             "save() then get() must return true, false and null in state as True, False and "
-            f"None: expected {value!r}, read back {_short(stored.state)}"
+            f"None: expected {value!r}, read back {short(stored.state)}"
         )
         assert [e.content for e in stored.events] == [value, True, False, None, 0, ""], (
             "save() then get() must return events whose whole content is True, False, None, "
             f"0 or '' unchanged: expected {[value, True, False, None, 0, '']!r}, read back "
-            f"{_short([e.content for e in stored.events[:8]], 400)}"
+            f"{short([e.content for e in stored.events[:8]], 400)}"
         )
         assert type(stored.events[1].content) is bool and type(stored.events[4].content) is int, (
             "save() then get() must keep event content True a bool and 0 an int (not 1/0 or "
@@ -271,19 +252,19 @@ class FidelityTests(SuiteBase):
         )
         assert stored.state == value, (
             "save() then get() must keep empty strings, lists and dicts in state (not drop "
-            f"them or turn them into null): expected {value!r}, read back {_short(stored.state)}"
+            f"them or turn them into null): expected {value!r}, read back {short(stored.state)}"
         )
         assert stored.events[0].content == value, (
             "save() then get() must keep empty strings, lists and dicts in event content: "
-            f"expected {value!r}, read back {_short(stored.events[0].content)}"
+            f"expected {value!r}, read back {short(stored.events[0].content)}"
         )
         assert stored.events[1].content == [], (
             "save() then get() must return an event whose content is [] as [] (not None or "
-            f"{{}}): read back {_short(stored.events[1].content)}"
+            f"{{}}): read back {short(stored.events[1].content)}"
         )
         assert stored.events[0].metadata == {}, (
             "save() then get() must return empty event metadata as {} (not None): read back "
-            f"{_short(stored.events[0].metadata)}"
+            f"{short(stored.events[0].metadata)}"
         )
 
     async def test_large_event_round_trips(self, manager: SessionManager) -> None:
@@ -327,7 +308,7 @@ class FidelityTests(SuiteBase):
         ), (
             f"get({session_id!r}, last_events=10) of a 10,000-event history must return the "
             f"last 10 events: expected {list(range(9990, 10_000))!r}, found "
-            f"{'None' if window is None else _short([e.content for e in window.events[:12]])}"
+            f"{'None' if window is None else short([e.content for e in window.events[:12]])}"
         )
         await self.check_positions(manager, session_id, 10_000)
 
@@ -339,7 +320,7 @@ class FidelityTests(SuiteBase):
         assert [e.content for e in stored.events] == [5, 3, 9, 1, 7, 0, 8], (
             "save() then get() must return events with identical timestamps in the order "
             "they were saved (not sorted by content, id or anything else): expected "
-            f"[5, 3, 9, 1, 7, 0, 8], read back {_short([e.content for e in stored.events])}"
+            f"[5, 3, 9, 1, 7, 0, 8], read back {short([e.content for e in stored.events])}"
         )
         assert [e.id for e in stored.events] == [e.id for e in events], (
             "save() then get() must return events with identical timestamps in saved order, "
@@ -406,7 +387,7 @@ class FidelityTests(SuiteBase):
         assert stored.state == state, (
             "save() then get() must return a state of mixed nested JSON, with '$', dots and "
             f"an empty string in keys, exactly: expected {state!r}, read back "
-            f"{_short(stored.state, 400)}"
+            f"{short(stored.state, 400)}"
         )
 
     async def test_key_order_round_trips(self, manager: SessionManager) -> None:
@@ -426,7 +407,7 @@ class FidelityTests(SuiteBase):
         )
         assert list(stored.events[0].content) == keys, (
             "save() then get() must return the keys of event content in the order they were "
-            f"saved: expected {keys!r}, read back {_short(list(stored.events[0].content))}"
+            f"saved: expected {keys!r}, read back {short(list(stored.events[0].content))}"
         )
 
     async def test_event_metadata_round_trips(self, manager: SessionManager) -> None:
@@ -463,12 +444,12 @@ class FidelityTests(SuiteBase):
         )
         assert stored.get_model("profile", _Profile) == profile, (
             "a model stored with put_model() and save() must read back equal with get_model(): "
-            f"expected {profile!r}, read back {_short(stored.get_model('profile', _Profile))} "
-            f"from state {_short(stored.state)}"
+            f"expected {profile!r}, read back {short(stored.get_model('profile', _Profile))} "
+            f"from state {short(stored.state)}"
         )
         assert stored.get_model("absent", _Profile) is None, (
             "get_model() of a key never stored must return None: found "
-            f"{_short(stored.get_model('absent', _Profile))}"
+            f"{short(stored.get_model('absent', _Profile))}"
         )
 
     async def test_event_size_limit_is_exact(self, manager: SessionManager) -> None:
@@ -512,12 +493,12 @@ class FidelityTests(SuiteBase):
         assert isinstance(info.value, ValueError) and str(limit) in str(info.value), (
             f"save() of an event of {limit + 1} encoded bytes must raise an InvalidInputError "
             f"that is a ValueError and names the limit {limit} in its message: got "
-            f"{type(info.value).__name__}: {_short(str(info.value))}"
+            f"{type(info.value).__name__}: {short(str(info.value))}"
         )
         assert snapshot(await self.readback(manager, session.session_id)) == before, (
             f"a save() refused for an event over max_event_bytes ({limit}) must write nothing "
             "of that save, not even the smaller event or the state change before it: "
-            f"expected the stored session to stay {_pictured(before)}, but what get() reads "
+            f"expected the stored session to stay {pictured(before)}, but what get() reads "
             "back now differs"
         )
         await self.check_positions(manager, session.session_id, 2)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 from datetime import datetime, timedelta, timezone
-from typing import Any
 
 import pytest
 from agentsessions import (
@@ -17,23 +16,12 @@ from agentsessions import (
     SessionSerializationError,
 )
 
-from ._base import SuiteBase, snapshot
+from ._base import SuiteBase, pictured, snapshot
 
 
 def _contents(session: Session | None) -> list[object]:
     assert session is not None, "the session is not stored"
     return [event.content for event in session.events]
-
-
-def _pictured(picture: dict[str, Any] | None) -> str:
-    """A short description of a `snapshot` (version, events, state) for a failure message."""
-    if picture is None:
-        return "no session"
-    contents = [event["content"] for event in picture["events"]]
-    return (
-        f"version {picture['version']} with {len(contents)} events {contents[:8]!r} "
-        f"and state {picture['state']!r}"
-    )
 
 
 class SaveTests(SuiteBase):
@@ -256,7 +244,7 @@ class SaveTests(SuiteBase):
         assert snapshot(await self.readback(manager, session.session_id)) == before, (
             "save() of a stale copy (appending, then truncating) must raise "
             "SessionConflictError and write nothing: expected the stored session to stay "
-            f"{_pictured(before)}, but what get() reads back now differs"
+            f"{pictured(before)}, but what get() reads back now differs"
         )
 
     async def test_save_copy_of_earlier_life_raises_conflict(self, manager: SessionManager) -> None:
@@ -285,7 +273,7 @@ class SaveTests(SuiteBase):
             assert snapshot(await self.readback(store, now.session_id)) == before, (
                 "save() of a copy loaded from an earlier life of the id (appending, then "
                 "rewriting) must raise SessionConflictError and write nothing into the new "
-                f"life: expected the stored session to stay {_pictured(before)}, but what "
+                f"life: expected the stored session to stay {pictured(before)}, but what "
                 "get() reads back now differs"
             )
             # The new life's own copy still saves: only the old one is refused.
@@ -401,7 +389,7 @@ class SaveTests(SuiteBase):
         assert snapshot(await self.readback(manager, session.session_id)) == before, (
             f"a save() rejected for a non-JSON datetime in {where} must write nothing, not "
             "even the valid edit, append and state change of the same save: expected the "
-            f"stored session to stay {_pictured(before)}, but what get() reads back now "
+            f"stored session to stay {pictured(before)}, but what get() reads back now "
             "differs"
         )
         await self.check_positions(manager, session.session_id, 3)
@@ -470,7 +458,7 @@ class SaveTests(SuiteBase):
         assert snapshot(await self.readback(manager, session.session_id)) == before, (
             "save() of a last_events load with a loaded event replaced must raise "
             "PartialSessionError and write nothing, not even the state change: expected the "
-            f"stored session to stay {_pictured(before)}, but what get() reads back now "
+            f"stored session to stay {pictured(before)}, but what get() reads back now "
             "differs"
         )
 

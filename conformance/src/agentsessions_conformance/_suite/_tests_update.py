@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import pytest
 from agentsessions import (
@@ -14,22 +13,11 @@ from agentsessions import (
     SessionOwnershipError,
 )
 
-from ._base import SuiteBase, snapshot
+from ._base import SuiteBase, pictured, snapshot
 
 
 class _Boom(Exception):
     pass
-
-
-def _pictured(picture: dict[str, Any] | None) -> str:
-    """A short description of a `snapshot` (version, events, state) for a failure message."""
-    if picture is None:
-        return "no session"
-    contents = [event["content"] for event in picture["events"]]
-    return (
-        f"version {picture['version']} with {len(contents)} events {contents[:8]!r} "
-        f"and state {picture['state']!r}"
-    )
 
 
 class UpdateTests(SuiteBase):
@@ -270,7 +258,7 @@ class UpdateTests(SuiteBase):
         assert snapshot(await self.readback(manager, session_id)) == before, (
             "update(user_id=<another user>), with or without create=True, must raise "
             "SessionOwnershipError and write nothing: expected the stored session to stay "
-            f"{_pictured(before)}, but what get() reads back now differs"
+            f"{pictured(before)}, but what get() reads back now differs"
         )
 
     async def test_session_context_saves_on_exit(self, manager: SessionManager) -> None:
@@ -321,7 +309,7 @@ class UpdateTests(SuiteBase):
             await fail_inside()
         assert snapshot(await self.readback(manager, session.session_id)) == before, (
             "an exception inside `async with manager.session(id)` must save nothing: "
-            f"expected the stored session to stay {_pictured(before)}, but what get() reads "
+            f"expected the stored session to stay {pictured(before)}, but what get() reads "
             "back now differs"
         )
 
