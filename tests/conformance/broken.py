@@ -184,7 +184,12 @@ class EarlierLifeSaveManager(MemorySessionManager, Broken):
 
     # The state machine reaches this too (its `recreate` rule), but only on some of its
     # random runs within the time limit; the dedicated clause catches it every time.
-    caught_by = frozenset({"test_save_copy_of_earlier_life_raises_conflict"})
+    caught_by = frozenset(
+        {
+            "test_every_write_of_an_earlier_lifes_copy_is_a_conflict",
+            "test_save_copy_of_earlier_life_raises_conflict",
+        }
+    )
 
     async def _save(self, request: SaveRequest, now: datetime) -> None:
         # The version check as it was before lineages were compared.
@@ -349,7 +354,12 @@ class _LoadVariant(MemorySessionManager):
 class TailIgnoresExpiryManager(_LoadVariant, Broken):
     """The last_events query forgets the expiry condition the full load has."""
 
-    caught_by = frozenset({"test_ttl_expired_session_is_absent"})
+    caught_by = frozenset(
+        {
+            "test_every_operation_treats_an_expired_session_as_absent",
+            "test_ttl_expired_session_is_absent",
+        }
+    )
 
     def _alive(self, stored: _Stored | None, now: datetime, last_events: int | None) -> bool:
         return last_events is not None or _live(stored, now) is not None
@@ -429,7 +439,12 @@ class TailIsOldestManager(_LoadVariant, Broken):
 class TailSkipsOwnershipManager(MemorySessionManager, Broken):
     """A fast path for tail reads that forgets the owner check the full read has."""
 
-    caught_by = frozenset({"test_ownership_holds_on_every_read_path"})
+    caught_by = frozenset(
+        {
+            "test_every_operation_naming_another_user_is_refused",
+            "test_ownership_holds_on_every_read_path",
+        }
+    )
 
     async def get(
         self, session_id: str, *, user_id: str | None = None, last_events: int | None = None
@@ -443,7 +458,11 @@ class DeleteIgnoresOwnerManager(MemorySessionManager, Broken):
     """delete(user_id=...) deletes without checking the owner."""
 
     caught_by = frozenset(
-        {"test_delete_with_other_user_raises_ownership", "test_ownership_holds_on_every_read_path"}
+        {
+            "test_every_operation_naming_another_user_is_refused",
+            "test_delete_with_other_user_raises_ownership",
+            "test_ownership_holds_on_every_read_path",
+        }
     )
 
     async def delete(self, session_id: str, *, user_id: str | None = None) -> bool:
@@ -566,7 +585,12 @@ class SinceOverlapsManager(MemorySessionManager, Broken):
 class DeleteExpiredSaysTrueManager(MemorySessionManager, Broken):
     """delete() of an expired session returns True (it found a row)."""
 
-    caught_by = frozenset({"test_ttl_expired_session_cannot_be_deleted"})
+    caught_by = frozenset(
+        {
+            "test_every_operation_treats_an_expired_session_as_absent",
+            "test_ttl_expired_session_cannot_be_deleted",
+        }
+    )
 
     async def _delete(self, session_id: str, now: datetime) -> bool:
         with self._store.lock:
@@ -655,7 +679,12 @@ class PurgeMiscountsManager(MemorySessionManager, Broken):
 class PurgeNothingManager(MemorySessionManager, Broken):
     """purge_expired() is left at the base class's no-op, as if the engine expired data."""
 
-    caught_by = frozenset({"test_purge_expired_removes_exactly_the_expired"})
+    caught_by = frozenset(
+        {
+            "test_every_write_leaves_nothing_once_erased",
+            "test_purge_expired_removes_exactly_the_expired",
+        }
+    )
 
     async def _purge_expired(self, now: datetime) -> int:
         return 0
@@ -717,6 +746,7 @@ class LeakyNamespaceManager(_ListVariant, Broken):
 
     caught_by = frozenset(
         {
+            "test_every_operation_in_another_namespace_sees_and_touches_nothing",
             "test_namespaces_never_see_each_other",
             "test_default_namespace_lists_only_its_own",
             "test_namespace_and_id_never_collide",
@@ -1007,7 +1037,9 @@ def _delete_row_only(conn: sqlite3.Connection, ns: str, session_id: str, now: in
 class SQLiteDeleteLeavesEventsManager(_SQLiteBroken, Broken):
     """delete() removes the session row and forgets the event rows."""
 
-    caught_by = frozenset({"test_delete_erases_all_storage"})
+    caught_by = frozenset(
+        {"test_every_write_leaves_nothing_once_erased", "test_delete_erases_all_storage"}
+    )
 
     async def _delete(self, session_id: str, now: datetime) -> bool:
         result: bool = await self._write(_delete_row_only, session_id, to_micros(now))
@@ -1186,7 +1218,12 @@ class CompactEarlierLifeManager(MemorySessionManager, Broken):
     """compact() checks the version alone: a copy of an earlier life of the id compacts
     the new life where the versions match."""
 
-    caught_by = frozenset({"test_compact_copy_of_earlier_life_raises_conflict"})
+    caught_by = frozenset(
+        {
+            "test_every_write_of_an_earlier_lifes_copy_is_a_conflict",
+            "test_compact_copy_of_earlier_life_raises_conflict",
+        }
+    )
 
     async def _compact(self, request: CompactRequest, now: datetime) -> None:
         await super()._compact(replace(request, expected_lineage=""), now)
@@ -1321,7 +1358,9 @@ class RewindKeepsRowsManager(MemorySessionManager, Broken):
 class ForksSurviveDeleteUserManager(MemorySessionManager, Broken):
     """delete_user() spares forks (it walks the user's own sessions, not their copies)."""
 
-    caught_by = frozenset({"test_forks_are_erased_like_any_session"})
+    caught_by = frozenset(
+        {"test_every_write_leaves_nothing_once_erased", "test_forks_are_erased_like_any_session"}
+    )
 
     async def _delete_user(self, user_id: str, now: datetime) -> int:
         with self._store.lock:
@@ -1369,7 +1408,9 @@ class CompactRevivesExpiredManager(MemorySessionManager, Broken):
 class ArchiveIgnoresExpiryManager(MemorySessionManager, Broken):
     """archived_events() reads the archive of an expired session (no liveness check)."""
 
-    caught_by = frozenset({_REFUSES_EXPIRED})
+    caught_by = frozenset(
+        {"test_every_operation_treats_an_expired_session_as_absent", _REFUSES_EXPIRED}
+    )
 
     async def _archived(self, session_id: str, now: datetime) -> list[str]:
         with self._store.lock:
@@ -1425,7 +1466,12 @@ class ArchiveAcrossNamespacesManager(MemorySessionManager, Broken):
     """archived_events() reads the id's archive in every namespace (a key without the
     namespace prefix)."""
 
-    caught_by = frozenset({"test_namespaces_scope_compaction_and_its_archive"})
+    caught_by = frozenset(
+        {
+            "test_every_operation_in_another_namespace_sees_and_touches_nothing",
+            "test_namespaces_scope_compaction_and_its_archive",
+        }
+    )
 
     async def _archived(self, session_id: str, now: datetime) -> list[str]:
         with self._store.lock:
@@ -1441,7 +1487,12 @@ class RestoreChecksEveryNamespaceManager(MemorySessionManager, Broken):
     """restore() refuses an id that is live in any namespace (an existence check without
     the namespace)."""
 
-    caught_by = frozenset({"test_namespaces_scope_restore_load_since_and_tokens"})
+    caught_by = frozenset(
+        {
+            "test_every_operation_in_another_namespace_sees_and_touches_nothing",
+            "test_namespaces_scope_restore_load_since_and_tokens",
+        }
+    )
 
     async def _restore(
         self, record: SessionRecord, events: list[EventRecord], now: datetime
@@ -1841,10 +1892,14 @@ class DeleteUserSkipsBusyManager(MemorySessionManager, Broken):
 
 def _broken_classes() -> dict[str, type[SessionManager]]:
     # The rules' backends live in a module of their own (it imports `Broken` from here).
-    from conformance import broken_rules
+    from conformance import broken_machine, broken_rules
 
     found: dict[str, type[SessionManager]] = {}
-    for name, value in [*globals().items(), *vars(broken_rules).items()]:
+    for name, value in [
+        *globals().items(),
+        *vars(broken_rules).items(),
+        *vars(broken_machine).items(),
+    ]:
         if (
             isinstance(value, type)
             and issubclass(value, Broken)

@@ -22,6 +22,7 @@ from agentsessions._memory import _live, _Stored
 from agentsessions.backend import (
     TOKENS_KEPT,
     CompactRequest,
+    EventRecord,
     ForkRequest,
     RewindRequest,
     SaveRequest,
@@ -38,10 +39,12 @@ __all__ = [
     "ArchiveSlicesOverlapManager",
     "DeleteUserErasesEveryArchiveManager",
     "DeleteUserLeavesArchiveManager",
+    "ErasedForkStaysIndexedManager",
     "ForkCursorTiesManager",
     "ForkOfExpiredSourceManager",
     "ForksOfEveryNamespaceManager",
     "ListsExpiredForksManager",
+    "RewindArchivesAllButTheLastManager",
     "RewindIgnoresLineageManager",
     "RewindResetsTokensManager",
     "TailBucketOffByOneManager",
@@ -75,7 +78,12 @@ def _page(
 class ForksOfEveryNamespaceManager(MemorySessionManager, Broken):
     """list_sessions(forked_from=) looks for forks in every namespace."""
 
-    caught_by = frozenset({"test_fork_listing_never_shows_another_namespaces_forks"})
+    caught_by = frozenset(
+        {
+            "test_every_operation_in_another_namespace_sees_and_touches_nothing",
+            "test_fork_listing_never_shows_another_namespaces_forks",
+        }
+    )
 
     async def _list_forks(
         self,
@@ -93,7 +101,12 @@ class ForksOfEveryNamespaceManager(MemorySessionManager, Broken):
 class ListsExpiredForksManager(MemorySessionManager, Broken):
     """list_sessions(forked_from=) lists forks past their ttl."""
 
-    caught_by = frozenset({"test_fork_listing_skips_expired_forks"})
+    caught_by = frozenset(
+        {
+            "test_every_operation_treats_an_expired_session_as_absent",
+            "test_fork_listing_skips_expired_forks",
+        }
+    )
 
     async def _list_forks(
         self,
@@ -106,6 +119,58 @@ class ListsExpiredForksManager(MemorySessionManager, Broken):
         with self._store.lock:
             mine = list(self._space.values())
         return _page(_forks_of(mine, source_id, None), limit, after)
+
+
+class ErasedForkStaysIndexedManager(MemorySessionManager, Broken):
+    """Forks are listed from an index of fork ids per source, which fork() adds to and
+    delete() and delete_user() never clean; the listing takes each indexed id that is
+    live, without checking that the session now under it is still a fork of that source:
+    an erased fork's id, used again, lists under its old source."""
+
+    caught_by = frozenset({"test_an_erased_forks_id_used_again_is_listed_under_its_new_source"})
+
+    def _fork_index(self) -> dict[str, set[str]]:
+        """Source id -> the ids of its forks, in this manager's namespace (under the lock)."""
+        spaces: dict[str, dict[str, set[str]]] = self._store.__dict__.setdefault("forks", {})
+        return spaces.setdefault(self.options.namespace, {})
+
+    def _index(self, record: SessionRecord) -> None:
+        if record.forked_from is not None:
+            with self._store.lock:
+                forks = self._fork_index().setdefault(record.forked_from.session_id, set())
+                forks.add(record.session_id)
+
+    async def _fork(self, request: ForkRequest, now: datetime) -> SessionRecord:
+        record = await super()._fork(request, now)
+        self._index(record)
+        return record
+
+    async def _restore(
+        self, record: SessionRecord, events: list[EventRecord], now: datetime
+    ) -> None:
+        await super()._restore(record, events, now)
+        self._index(record)
+
+    async def _list_forks(
+        self,
+        source_id: str,
+        user_id: str | None,
+        limit: int,
+        after: tuple[datetime, str] | None,
+        now: datetime,
+    ) -> list[SessionSummary]:
+        with self._store.lock:
+            space = self._space
+            found = [
+                _live(space.get(fork_id), now) for fork_id in self._fork_index().get(source_id, ())
+            ]
+        records = [
+            stored.record
+            for stored in found
+            if stored is not None and (user_id is None or stored.record.user_id == user_id)
+        ]
+        records.sort(key=lambda r: (r.created_at, r.session_id), reverse=True)
+        return _page(records, limit, after)
 
 
 class ForkCursorTiesManager(MemorySessionManager, Broken):
@@ -132,7 +197,12 @@ class ForkCursorTiesManager(MemorySessionManager, Broken):
 class ForkOfExpiredSourceManager(MemorySessionManager, Broken):
     """fork() copies a source that expired but was not purged yet."""
 
-    caught_by = frozenset({"test_fork_of_an_expired_source_is_not_found"})
+    caught_by = frozenset(
+        {
+            "test_every_operation_treats_an_expired_session_as_absent",
+            "test_fork_of_an_expired_source_is_not_found",
+        }
+    )
 
     async def _fork(self, request: ForkRequest, now: datetime) -> SessionRecord:
         with self._store.lock:
@@ -151,7 +221,12 @@ class ForkOfExpiredSourceManager(MemorySessionManager, Broken):
 class RewindIgnoresLineageManager(MemorySessionManager, Broken):
     """rewind() checks the version but not the lineage."""
 
-    caught_by = frozenset({"test_rewind_of_an_earlier_lifes_copy_is_a_conflict"})
+    caught_by = frozenset(
+        {
+            "test_every_write_of_an_earlier_lifes_copy_is_a_conflict",
+            "test_rewind_of_an_earlier_lifes_copy_is_a_conflict",
+        }
+    )
 
     async def _rewind(self, request: RewindRequest, now: datetime) -> None:
         with self._store.lock:
@@ -160,6 +235,27 @@ class RewindIgnoresLineageManager(MemorySessionManager, Broken):
                 lineage = request.expected_lineage or stored.record.lineage
                 stored.record = replace(stored.record, lineage=lineage)
         await super()._rewind(request, now)
+
+
+class RewindArchivesAllButTheLastManager(MemorySessionManager, Broken):
+    """rewind(archive=True) archives the events it drops but the last one (a slice that
+    stops one short): the newest dropped event is lost rather than archived."""
+
+    caught_by = frozenset(
+        {
+            "test_rewind_drops_the_tail",
+            "test_rewinds_cut_at_every_boundary_drop_exactly_the_tail",
+        }
+    )
+
+    async def _rewind(self, request: RewindRequest, now: datetime) -> None:
+        with self._store.lock:
+            stored = self._space.get(request.session_id)
+            archived = -1 if stored is None else len(stored.archive)
+        await super()._rewind(request, now)
+        with self._store.lock:
+            if stored is not None and request.archive and len(stored.archive) > archived:
+                stored.archive.pop()
 
 
 class RewindResetsTokensManager(MemorySessionManager, Broken):
@@ -245,7 +341,12 @@ class _SQLiteDeleteUser(SQLiteSessionManager):
 class DeleteUserLeavesArchiveManager(_SQLiteDeleteUser, Broken):
     """delete_user() deletes the sessions and their events, not their archives."""
 
-    caught_by = frozenset({"test_delete_user_erases_archives_in_its_namespace_only"})
+    caught_by = frozenset(
+        {
+            "test_every_write_leaves_nothing_once_erased",
+            "test_delete_user_erases_archives_in_its_namespace_only",
+        }
+    )
 
 
 class DeleteUserErasesEveryArchiveManager(_SQLiteDeleteUser, Broken):

@@ -8,12 +8,15 @@ servers, and the real manager the same clauses, which must pass.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import sqlite3
 import uuid
+from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
-from agentsessions import SessionError
+from agentsessions import SessionError, SessionSummary
 from agentsessions.backend import ErrorRule, SaveRequest
 from agentsessions_mongo import MongoSessionManager
 from agentsessions_postgres import PostgresSessionManager
@@ -23,6 +26,8 @@ from agentsessions_sqlite import SQLiteSessionManager
 from agentsessions_sqlite._connection import is_busy
 
 __all__ = ["BROKEN_SERVERS", "REFERENCE_OF"]
+
+_T = TypeVar("_T")
 
 # The save script's token check: on a version mismatch, a save whose token is stored
 # already landed (the retry of a save whose reply was lost).
@@ -118,6 +123,87 @@ class SQLiteLockAsDeadline(SQLiteSessionManager):
     )
 
 
+#: How often a locked erasure is tried again (each try waits busy_timeout): more than
+#: the clause's whole deadline holds, so only the deadline ends the waiting.
+_LOCKED_TRIES = 100
+
+
+class SQLiteDeleteUserWaitsOutTheLock(SQLiteSessionManager):
+    """delete_user() tries the erasure again while the database stays locked ("an
+    erasure must land"), so against a write lock another process holds it waits the
+    call's whole deadline instead of giving up after busy_timeout."""
+
+    caught_by: ClassVar[frozenset[str]] = frozenset(
+        {"test_file_lock_held_by_another_process_fails_writes_within_the_wait"}
+    )
+
+    async def _delete_user(self, user_id: str, now: datetime) -> int:
+        for attempt in range(_LOCKED_TRIES):
+            try:
+                return await super()._delete_user(user_id, now)
+            except sqlite3.Error as exc:
+                if not is_busy(exc) or attempt == _LOCKED_TRIES - 1:
+                    raise
+        raise AssertionError("unreachable: the last try raises")
+
+
+#: Tries of a statement that timed out, and the pause between them.
+_TIMED_OUT_TRIES = 4
+_PAUSE = 0.5
+
+
+async def _retried_on_timeout(run: Callable[[], Awaitable[_T]]) -> _T:
+    """*run* tried again when it times out, the call's own deadline taken for a
+    statement timeout (its cancellation caught with asyncpg's TimeoutError)."""
+    for attempt in range(_TIMED_OUT_TRIES):
+        try:
+            return await run()
+        except (asyncio.TimeoutError, asyncio.CancelledError):
+            if attempt == _TIMED_OUT_TRIES - 1:
+                raise
+            await asyncio.sleep(_PAUSE)
+    raise AssertionError("unreachable: the last try raises")
+
+
+class PostgresDeleteUserPastItsDeadline(PostgresSessionManager):
+    """delete_user() tries its transaction again when it times out (a lock wait, it
+    assumes) and takes the cancellation of the call's deadline for such a timeout:
+    against a frozen server it keeps trying, seconds past its deadline."""
+
+    caught_by: ClassVar[frozenset[str]] = frozenset(
+        {"test_wire_frozen_server_every_operation_ends_at_its_deadline"}
+    )
+
+    async def _delete_user(self, user_id: str, now: datetime) -> int:
+        def erase() -> Awaitable[int]:
+            return PostgresSessionManager._delete_user(self, user_id, now)
+
+        return await _retried_on_timeout(erase)
+
+
+class PostgresForkListingPastItsDeadline(PostgresSessionManager):
+    """list_sessions(forked_from=) reads again when its read times out, and takes the
+    cancellation of the call's deadline for such a timeout: against a frozen server it
+    keeps reading, seconds past its deadline."""
+
+    caught_by: ClassVar[frozenset[str]] = frozenset(
+        {"test_wire_frozen_server_every_operation_ends_at_its_deadline"}
+    )
+
+    async def _list_forks(
+        self,
+        source_id: str,
+        user_id: str | None,
+        limit: int,
+        after: tuple[datetime, str] | None,
+        now: datetime,
+    ) -> list[SessionSummary]:
+        def read() -> Awaitable[list[SessionSummary]]:
+            return PostgresSessionManager._list_forks(self, source_id, user_id, limit, after, now)
+
+        return await _retried_on_timeout(read)
+
+
 class PostgresForkWithoutLock(PostgresSessionManager):
     """fork() reads the source's row without FOR SHARE: at READ COMMITTED a save that
     commits between that read and the copy of the events mixes two versions. (The read
@@ -167,8 +253,11 @@ BROKEN_SERVERS: dict[str, type[Any]] = {
         PostgresSaveResentOnItsOwn,
         PostgresForkWithoutLock,
         PostgresArchiveEmptyInOutage,
+        PostgresDeleteUserPastItsDeadline,
+        PostgresForkListingPastItsDeadline,
         MongoPublishWithoutVersionFilter,
         SQLiteLockAsDeadline,
+        SQLiteDeleteUserWaitsOutTheLock,
     )
 }
 REFERENCE_OF: dict[str, type[Any]] = {

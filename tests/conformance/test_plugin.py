@@ -6,7 +6,7 @@ import json
 import os
 from pathlib import Path
 
-from agentsessions_conformance._suite._tests_wire import OPERATIONS
+from agentsessions_conformance._suite._operations import OPERATIONS
 
 from conformance._run import (
     STORAGE_CLAUSES,

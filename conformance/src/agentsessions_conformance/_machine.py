@@ -3,8 +3,12 @@
 Every rule performs one operation of the contract on the backend under test and on a
 reference `MemorySessionManager`, both on the kit's `FrozenClock`, and asserts that
 both gave the same result or raised the same error; after every step every id of the
-small pool is read back from both and both full listings are compared. A difference
-fails with the step sequence Hypothesis shrank it to.
+small pool is read back from both and both full listings are compared, and the raw
+storage of every id (the suite's storage hook, `MachineConfig.stored`) is held to what
+the model stores: nothing of an id the model holds nothing of, one record, its events
+at exactly their positions and its archive for a live session (and nothing of any id
+before a run's first step, once the pool is deleted). A difference fails with the step
+sequence Hypothesis shrank it to, its message naming the step it followed.
 
 The adopter's manager lives on pytest-asyncio's event loop, and Hypothesis drives a
 state machine synchronously, so the machine runs in a worker thread and hands each
@@ -14,9 +18,10 @@ operation to the loop (`asyncio.run_coroutine_threadsafe`), with a bounded wait.
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import asdict
 from datetime import datetime, timezone
 from typing import Any, TypeVar
@@ -46,10 +51,13 @@ from hypothesis.stateful import (
 
 from ._clock import FrozenClock
 from ._faults import lost_replies
+from ._inventory import Inventory
 
 __all__ = ["MachineConfig", "run_machine"]
 
 T = TypeVar("T")
+#: The storage hook: what storage holds for a session id, read past the manager.
+StorageHook = Callable[[SessionManager, str], Awaitable[Inventory]]
 
 #: Ids that collide only if a backend mangles them, and users that own them.
 IDS = ("a", "A", "a:b", " a", "b*", "{c}")
@@ -62,7 +70,10 @@ STEP_WAIT = 30.0
 
 class MachineConfig:
     """What the runs share: the managers under test (one store, emptied of the id pool
-    before each run), the loop they live on, the clock, and the stop flag."""
+    before each run), the loop they live on, the clock, the stop flag, and *stored*,
+    the storage hook (the suite's checked `raw_inventory`), which the machine calls on
+    the loop for every id of the pool after every step; without it storage is not
+    looked at."""
 
     def __init__(
         self,
@@ -71,12 +82,20 @@ class MachineConfig:
         clock: FrozenClock,
         ttl: bool,
         stop: threading.Event,
+        stored: StorageHook | None = None,
     ) -> None:
         self.loop = loop
         self.subjects = subjects
         self.clock = clock
         self.ttl = ttl
         self.stop = stop
+        self.stored = stored
+        #: The first failure of the storage check, with the steps of its run, and the
+        #: steps of the last run that ended: what a run that starts on leftovers tells.
+        self.leaked: str | None = None
+        self.last_run = "none (this is the first run)"
+        #: Set when a run started on storage left by an earlier one (`_StorageLeft`).
+        self.left: str | None = None
         self.compaction = subjects[0].capabilities.compaction
         self.branching = subjects[0].capabilities.branching
 
@@ -128,6 +147,28 @@ def _same(got: tuple[str, Any], want: tuple[str, Any], what: str) -> None:
         assert _outcome(got[1]) == _outcome(want[1]), f"{what}: results differ"
 
 
+class _StorageLeft(BaseException):
+    """Storage of the id pool holds something before a run's first step, after delete()
+    of every id: what an earlier run left, that no operation removes. Every later run,
+    and every replay Hypothesis would shrink with, starts on it, so it must not take
+    this for one failing example to shrink (not an `Exception`: it does not catch it);
+    `run_machine` fails with its message (`MachineConfig.left`) instead."""
+
+
+def _named(rule: Callable[..., None]) -> Callable[..., None]:
+    """Record the step a rule runs, with its arguments, for the failure messages of
+    the checks after it (Hypothesis tells invariants nothing of the step before)."""
+
+    @functools.wraps(rule)
+    def run(self: Any, **kwargs: Any) -> None:
+        arguments = ", ".join(f"{name}={value!r}" for name, value in kwargs.items())
+        self.step = f"{rule.__name__}({arguments})"[:300]
+        self.steps.append(self.step)
+        rule(self, **kwargs)
+
+    return run
+
+
 def _machine(config: MachineConfig) -> type[RuleBasedStateMachine]:
     when = datetime(2024, 1, 1, tzinfo=timezone.utc)
 
@@ -144,8 +185,13 @@ def _machine(config: MachineConfig) -> type[RuleBasedStateMachine]:
             config.call(_forget(self.subjects[0]))
             self.held: list[tuple[Session, Session, object]] = []
             self.serial = 0
+            #: The steps run so far and the last of them (set by `_named`), for messages.
+            self.steps: list[str] = []
+            self.step = "the start of the run, once delete() of every id of the pool returned"
+            self.check_storage()
 
         def teardown(self) -> None:
+            config.last_run = "; ".join(self.steps) or "none"
             if not config.stop.is_set():
                 config.call(self.reference.close())
 
@@ -166,11 +212,16 @@ def _machine(config: MachineConfig) -> type[RuleBasedStateMachine]:
             _same(got, want, what)
             return got[1], want[1]
 
+        def stored(self, session_id: str) -> Any:
+            """The reference's stored object for *session_id*, expired or not (None when
+            it holds nothing of it), read from its store as `memory_inventory` does."""
+            space = self.reference._store.spaces.get(self.reference.options.namespace, {})  # type: ignore[attr-defined]
+            return space.get(session_id)
+
         def life(self, session_id: str) -> object:
             """The reference's stored object for *session_id*, None when it is absent or
             expired: a new object per create, so it names the life of the id."""
-            space = self.reference._store.spaces.get(self.reference.options.namespace, {})  # type: ignore[attr-defined]
-            stored = space.get(session_id)
+            stored = self.stored(session_id)
             if stored is None:
                 return None
             expires = stored.record.expires_at
@@ -221,11 +272,17 @@ def _machine(config: MachineConfig) -> type[RuleBasedStateMachine]:
                 st.tuples(st.sampled_from(IDS), st.sampled_from(USERS), st.integers(0, 4)),
                 min_size=1,
                 max_size=3,
-            )
+            ),
+            aged=st.integers(0, 3),
         )
-        def seed(self, seeds: list[tuple[str, str | None, int]]) -> None:
+        @_named
+        def seed(self, seeds: list[tuple[str, str | None, int]], aged: int = 0) -> None:
             # Every run starts from a few sessions with histories, so short runs test too.
-            for session_id, user, count in seeds:
+            # With a ttl, the clock passes the ttl of the first *aged* of them before the
+            # others are made: most runs start with expired, unpurged sessions, which few
+            # reached by the clock rule alone (what storage keeps of one after a delete()
+            # is seen only so).
+            for index, (session_id, user, count) in enumerate(seeds):
                 got, want = self.both(
                     0,
                     lambda m, sid=session_id, owner=user: m.create(sid, owner),  # type: ignore[misc]
@@ -243,6 +300,8 @@ def _machine(config: MachineConfig) -> type[RuleBasedStateMachine]:
 
                     self.both(0, save, "save")
                     self.hold(got, want)
+                if config.ttl and index + 1 == aged:
+                    config.clock.advance(TTL + 1)
 
         @rule(
             session_id=st.sampled_from(IDS),
@@ -250,6 +309,7 @@ def _machine(config: MachineConfig) -> type[RuleBasedStateMachine]:
             state=st.sampled_from([None, {}, {"k": 1}, {"nested": {"x": [1, "two"]}}]),
             via=st.integers(0, 1),
         )
+        @_named
         def create(self, session_id: str, user: str | None, state: Any, via: int) -> None:
             got, want = self.both(
                 via, lambda m: m.create(session_id, user, state=state), f"create({session_id!r})"
@@ -262,6 +322,7 @@ def _machine(config: MachineConfig) -> type[RuleBasedStateMachine]:
             last_events=st.sampled_from([None, 0, 1, 2, 50]),
             via=st.integers(0, 1),
         )
+        @_named
         def get(self, session_id: str, user: str | None, last_events: int | None, via: int) -> None:
             got, want = self.both(
                 via,
@@ -271,6 +332,7 @@ def _machine(config: MachineConfig) -> type[RuleBasedStateMachine]:
             self.hold(got, want)
 
         @rule(session_id=st.sampled_from(IDS), user=st.sampled_from(USERS), via=st.integers(0, 1))
+        @_named
         def get_or_create(self, session_id: str, user: str | None, via: int) -> None:
             got, want = self.both(
                 via, lambda m: m.get_or_create(session_id, user), f"get_or_create({session_id!r})"
@@ -283,6 +345,7 @@ def _machine(config: MachineConfig) -> type[RuleBasedStateMachine]:
             edit=st.sampled_from(["append", "append3", "pop", "clear", "rewrite", "state", "none"]),
             via=st.integers(0, 1),
         )
+        @_named
         def save(self, pick: int, edit: str, via: int) -> None:
             index = pick % len(self.held)
             got_copy, want_copy, life = self.held[index]
@@ -324,6 +387,7 @@ def _machine(config: MachineConfig) -> type[RuleBasedStateMachine]:
             archive=st.booleans(),
             via=st.integers(0, 1),
         )
+        @_named
         def compact(self, pick: int, cut: int, summaries: int, archive: bool, via: int) -> None:
             index = pick % len(self.held)
             got_copy, want_copy, life = self.held[index]
@@ -359,6 +423,7 @@ def _machine(config: MachineConfig) -> type[RuleBasedStateMachine]:
             state=st.sampled_from([None, {"forked": True}]),
             via=st.integers(0, 1),
         )
+        @_named
         def fork(
             self,
             source: str,
@@ -386,6 +451,7 @@ def _machine(config: MachineConfig) -> type[RuleBasedStateMachine]:
             archive=st.booleans(),
             via=st.integers(0, 1),
         )
+        @_named
         def rewind(self, pick: int, cut: int, archive: bool, via: int) -> None:
             index = pick % len(self.held)
             got_copy, want_copy, life = self.held[index]
@@ -416,6 +482,7 @@ def _machine(config: MachineConfig) -> type[RuleBasedStateMachine]:
             version=st.sampled_from([1, 7]),
             via=st.integers(0, 1),
         )
+        @_named
         def restore(
             self, session_id: str, user: str | None, count: int, version: int, via: int
         ) -> None:
@@ -436,6 +503,7 @@ def _machine(config: MachineConfig) -> type[RuleBasedStateMachine]:
             landed=st.booleans(),
             via=st.integers(0, 1),
         )
+        @_named
         def save_reply_lost(self, pick: int, edit: str, landed: bool, via: int) -> None:
             """A save whose reply (or request) is lost, then saved again unchanged: the
             outcome is the model's one save, landed exactly once."""
@@ -468,6 +536,7 @@ def _machine(config: MachineConfig) -> type[RuleBasedStateMachine]:
             landed=st.booleans(),
             via=st.integers(0, 1),
         )
+        @_named
         def write_reply_lost(
             self, op: str, session_id: str, user: str | None, pick: int, landed: bool, via: int
         ) -> None:
@@ -476,18 +545,15 @@ def _machine(config: MachineConfig) -> type[RuleBasedStateMachine]:
             (landed) or never (lost before it was sent), which every later step and
             invariant compares; a create, restore or delete is then retried, and its
             answer is the model's answer to the same retry."""
-            subject = self.subjects[via % len(self.subjects)]
             exported = self.exported(session_id, user, 2, 3)
             pair: tuple[Session, Session] | None = None
             if op == "compact":
                 if not (self.held and config.compaction):
                     return
-                index = pick % len(self.held)
-                got_copy, want_copy, life = self.held[index]
-                if self.life(want_copy.session_id) is not life or not want_copy.events:
+                pair = self.current(pick)
+                if pair is None:
                     return  # an earlier life's copy: the compact rule covers its refusal
-                pair = (got_copy, want_copy)
-                through = want_copy.events[0].id
+                through = pair[1].events[0].id
                 summary = [self.event("summary")]
             hook = {"create": "_create", "restore": "_restore", "delete": "_delete"}.get(
                 op, "_compact"
@@ -507,22 +573,150 @@ def _machine(config: MachineConfig) -> type[RuleBasedStateMachine]:
                 copy = pair[1] if manager is self.reference else pair[0]
                 return manager.compact(copy, through, summary, archive=True)
 
+            self.lost_write(f"{op}({session_id!r})", (hook,), call, landed, via, pair)
+
+        @precondition(lambda self: config.branching)
+        @rule(
+            op=st.sampled_from(["fork", "rewind"]),
+            source=st.sampled_from(IDS),
+            new=st.sampled_from(IDS),
+            cut=st.integers(0, 8),
+            pick=st.integers(0, MAX_HELD - 1),
+            archive=st.booleans(),
+            landed=st.booleans(),
+            via=st.integers(0, 1),
+        )
+        @_named
+        def branch_reply_lost(
+            self,
+            op: str,
+            source: str,
+            new: str,
+            cut: int,
+            pick: int,
+            archive: bool,
+            landed: bool,
+            via: int,
+        ) -> None:
+            """A fork or rewind whose reply (or request) is lost, as in `write_reply_lost`:
+            the store holds the model's fork or rewind once, or nothing of it; a fork is
+            then retried (a landed one is now SessionExistsError, as the model says), a
+            rewind's copy that landed is stale (its caller never heard of the rewind)."""
+            pair: tuple[Session, Session] | None = None
+            if op == "fork":
+                stored = config.call(self.reference.get(source))
+                events = [] if stored is None else stored.events
+                through = events[cut % len(events)].id if events else None
+                # A fork is one `_fork`, or (encrypted, or across Redis Cluster slots)
+                # the one `_restore` a fork by copy stores it with.
+                hooks: tuple[str, ...] = ("_fork", "_restore")
+                what = f"fork({source!r}, {new!r}, through {through!r})"
+            else:
+                pair = self.current(pick)
+                if pair is None:
+                    return  # an earlier life's copy: the rewind rule covers its refusal
+                through = pair[1].events[cut % len(pair[1].events)].id
+                hooks = ("_rewind",)
+                what = f"rewind({pair[1].session_id!r}, through {through!r}, archive={archive})"
+
+            def call(manager: SessionManager) -> Coroutine[Any, Any, Any]:
+                if pair is None:
+                    return manager.fork(source, new, through_event_id=through)
+                copy = pair[1] if manager is self.reference else pair[0]
+                assert through is not None, (
+                    "branch_reply_lost(op='rewind') has no event to rewind through: the rule "
+                    "takes only a held copy with events"
+                )
+                return manager.rewind(copy, through, archive=archive)
+
+            self.lost_write(what, hooks, call, landed, via, pair)
+
+        @rule(
+            session_id=st.sampled_from(IDS),
+            user=st.sampled_from(USERS),
+            create=st.booleans(),
+            landed=st.booleans(),
+            via=st.integers(0, 1),
+        )
+        @_named
+        def update_reply_lost(
+            self, session_id: str, user: str | None, create: bool, landed: bool, via: int
+        ) -> None:
+            """An update whose save loses its reply (or request): update() re-sends that
+            save itself, the same request with its token, so it succeeds and its change
+            lands exactly once (the model's one update), never twice nor as a conflict."""
+            event = self.event("update")
+
+            def fn(session: Session) -> None:
+                session.events.append(event)
+                session.state["updates"] = session.state.get("updates", 0) + 1
+
+            subject = self.subjects[via % len(self.subjects)]
+
+            async def run() -> tuple[tuple[str, Any], tuple[str, Any], int]:
+                with lost_replies(subject, "_save", landed=landed) as faults:
+                    got = await _attempt(
+                        subject.update(session_id, fn, user_id=user, create=create)
+                    )
+                want = await _attempt(
+                    self.reference.update(session_id, fn, user_id=user, create=create)
+                )
+                return got, want, faults.lost
+
+            got, want, lost = config.call(run())
+            what = (
+                f"update({session_id!r}, user_id={user!r}, create={create}) whose save's "
+                f"reply lost={landed}"
+            )
+            _same(got, want, what)
+            if want[0] == "ok":
+                assert lost == 1, (
+                    f"{what}: the update succeeded, so its save must have reached the "
+                    f"backend's _save and lost its reply once, but {lost} were lost"
+                )
+
+        # -- lost-reply helpers -----------------------------------------------------------
+
+        def current(self, pick: int) -> tuple[Session, Session] | None:
+            """The held (backend copy, model copy) at *pick* when it is of the id's
+            current life and holds events, else None."""
+            if not self.held:
+                return None
+            got_copy, want_copy, life = self.held[pick % len(self.held)]
+            if self.life(want_copy.session_id) is not life or not want_copy.events:
+                return None
+            return got_copy, want_copy
+
+        def lost_write(
+            self,
+            what: str,
+            hooks: tuple[str, ...],
+            call: Callable[[SessionManager], Coroutine[Any, Any, Any]],
+            landed: bool,
+            via: int,
+            pair: tuple[Session, Session] | None,
+        ) -> None:
+            """Run *call* on the subject with its write hook's reply (*landed*) or request
+            lost, and on the model once (landed) or not at all; then retry it on both,
+            unless it wrote through the held copies *pair* (compact, rewind)."""
+            subject = self.subjects[via % len(self.subjects)]
+            what = f"{what} with its reply lost={landed}"
+
             async def run() -> tuple[tuple[str, Any], tuple[str, Any] | None, int]:
-                with lost_replies(subject, hook, landed=landed) as faults:
+                with lost_replies(subject, hooks, landed=landed) as faults:
                     first = await _attempt(call(subject))
                 if faults.calls and not landed:
                     return first, None, faults.calls  # never sent: the model does nothing
                 return first, await _attempt(call(self.reference)), faults.calls
 
             first, want, calls = config.call(run())
-            what = f"{op}({session_id!r}) with its reply lost={landed}"
             if want is None or (calls and want[0] == "ok"):
                 assert first == ("raised", BackendUnavailableError), f"{what}: {first}"
             else:
                 _same(first, want, what)  # refused, with the same answer, before any loss
             if pair is not None:
                 if want is not None and want[0] == "ok":
-                    # The subject's copy never heard of its compaction: it is stale now.
+                    # The subject's copy never heard of its write: it is stale now.
                     self.held = [held for held in self.held if held[0] is not pair[0]]
                 return
             got, model = self.both(via, call, f"{what}, retried")
@@ -534,6 +728,7 @@ def _machine(config: MachineConfig) -> type[RuleBasedStateMachine]:
             create=st.booleans(),
             via=st.integers(0, 1),
         )
+        @_named
         def update(self, session_id: str, user: str | None, create: bool, via: int) -> None:
             event = self.event("update")
 
@@ -548,6 +743,7 @@ def _machine(config: MachineConfig) -> type[RuleBasedStateMachine]:
             )
 
         @rule(session_id=st.sampled_from(IDS), user=st.sampled_from(USERS), via=st.integers(0, 1))
+        @_named
         def delete(self, session_id: str, user: str | None, via: int) -> None:
             self.both(
                 via,
@@ -557,6 +753,7 @@ def _machine(config: MachineConfig) -> type[RuleBasedStateMachine]:
 
         @precondition(lambda self: bool(self.held))
         @rule(pick=st.integers(0, MAX_HELD - 1), via=st.integers(0, 1))
+        @_named
         def recreate(self, pick: int, via: int) -> None:
             """Delete a held copy's id and create it again: the copy is now of an earlier
             life, at the new life's version when it was held at 1."""
@@ -569,6 +766,7 @@ def _machine(config: MachineConfig) -> type[RuleBasedStateMachine]:
             self.hold(got, want)
 
         @rule(user=st.sampled_from(USERS[1:]), via=st.integers(0, 1))
+        @_named
         def delete_user(self, user: str, via: int) -> None:
             self.both(via, lambda m: m.delete_user(user), f"delete_user({user!r})")
 
@@ -577,6 +775,7 @@ def _machine(config: MachineConfig) -> type[RuleBasedStateMachine]:
             limit=st.sampled_from([1, 2, 3, 100]),
             via=st.integers(0, 1),
         )
+        @_named
         def list_pages(self, user: str | None, limit: int, via: int) -> None:
             async def walk(manager: SessionManager) -> list[Any]:
                 pages: list[Any] = []
@@ -592,12 +791,14 @@ def _machine(config: MachineConfig) -> type[RuleBasedStateMachine]:
             self.both(via, walk, f"list_sessions(user_id={user!r}, limit={limit}) page by page")
 
         @rule(via=st.integers(0, 1))
+        @_named
         def purge_expired(self, via: int) -> None:
             self.both(via, lambda m: m.purge_expired(), "purge_expired()")
 
         # Whole milliseconds, like every timestamp of a run (the clock starts on one):
         # the kit holds expiry exact to the millisecond, as BSON dates store it.
         @rule(seconds=st.sampled_from([0.001, 1.0, TTL / 2, TTL + 1]))
+        @_named
         def advance_clock(self, seconds: float) -> None:
             config.clock.advance(seconds)
 
@@ -631,6 +832,74 @@ def _machine(config: MachineConfig) -> type[RuleBasedStateMachine]:
                 assert got[1] == want[1], "listings differ from the reference"
                 assert got[2] == want[2], "archives of compacted events differ from the reference"
 
+        @invariant()
+        def storage_agrees(self) -> None:
+            """Raw storage of every id of the pool against what the model stores: a
+            backend whose reads are right can still keep what they never show (events
+            of an earlier life, rows an erasure forgot, an archive twice)."""
+            self.check_storage()
+
+        def check_storage(self) -> None:
+            """`storage_agrees`, and before a run's first step, once the pool is deleted:
+            storage an earlier run left there (rows that no delete() removes) fails the
+            clause at once, with what that run did, since no later run, nor a replay
+            of the earlier one, can start clean (`_StorageLeft`)."""
+            hook = config.stored
+            if hook is None:
+                return
+            manager = self.subjects[0]
+
+            async def look() -> list[Inventory]:
+                return [await hook(manager, session_id) for session_id in IDS]
+
+            found = config.call(look())
+            now = config.clock.now()
+            problems = [
+                problem
+                for session_id, held in zip(IDS, found, strict=True)
+                if (problem := self.storage_problem(session_id, held, now)) is not None
+            ]
+            if problems and not self.steps:
+                earlier = (
+                    f"an earlier run's check failed first: {config.leaked}"
+                    if config.leaked is not None
+                    else f"the run before took the steps: {config.last_run[-1200:]}"
+                )
+                config.left = f"{problems[0]}; {earlier}"
+                raise _StorageLeft(config.left)
+            if problems and config.leaked is None:
+                config.leaked = f"{problems[0]} (its steps: {'; '.join(self.steps)[-1200:]})"
+            assert not problems, problems[0]
+
+        def storage_problem(self, session_id: str, held: Inventory, now: datetime) -> str | None:
+            """What is wrong with *held*, the backend's storage of *session_id*, against
+            the model's store; None if nothing is."""
+            model = self.stored(session_id)
+            where = f"after {self.step}: storage of id {session_id!r}"
+            if model is None:
+                if held.erased:
+                    return None
+                return (
+                    f"{where} must be erased (no record, events, index entries or archive: "
+                    f"the model holds nothing of it), found {held!r:.400}"
+                )
+            expires = model.record.expires_at
+            if expires is not None and expires <= now:
+                return None  # expired, unpurged: an engine's own expiry may have dropped it
+            count, archived = len(model.events), len(model.archive)
+            if (
+                held.records == 1
+                and sorted(held.events) == list(range(count))
+                and held.archived == archived
+            ):
+                return None
+            positions = f"events at positions 0..{count - 1}" if count else "no events"
+            return (
+                f"{where} must hold its live session as the model does: 1 record, "
+                f"{positions} (no orphans of an earlier life, none twice) and {archived} "
+                f"archived events, found {held!r:.400}"
+            )
+
     return ContractMachine
 
 
@@ -646,6 +915,7 @@ def run_machine(
     Hypothesis shrinks a failure for up to five minutes, far past any clause's time
     limit on a slow backend; *shrink_seconds* caps that (through the engine's module
     constant, the only knob it has), so a failure still comes back shrunk, if less so.
+    Storage left where a run starts fails unshrunk (`_StorageLeft`), as an AssertionError.
     """
     saved = getattr(engine, "MAX_SHRINKING_SECONDS", None)
     if saved is not None:
@@ -663,6 +933,12 @@ def run_machine(
                 derandomize=derandomize,
             ),
         )
+    except (_StorageLeft, Exception):
+        # A run started on leftovers: whatever Hypothesis made of that (its replays
+        # cannot start clean, so it may call them flaky), that is the failure.
+        if config.left is not None:
+            raise AssertionError(config.left) from None
+        raise
     finally:
         if saved is not None:
             engine.MAX_SHRINKING_SECONDS = saved

@@ -20,15 +20,28 @@ import asyncio
 import concurrent.futures
 import contextlib
 import threading
+import weakref
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-__all__ = ["DrivenLoop"]
+__all__ = ["DrivenLoop", "in_driven_loop"]
 
 T = TypeVar("T")
 
 #: How long `close` waits for a call in flight, or for closing per-loop resources.
 CLOSE_TIMEOUT = 10.0
+
+_DRIVEN: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
+
+
+def in_driven_loop() -> bool:
+    """Whether the running event loop is a `DrivenLoop`'s: a blocking caller's thread
+    runs it and waits for its call, and no other task of an application shares it. A
+    backend may then run a short engine call inline in that thread instead of handing
+    it to a thread of its own (a crossing there and back that costs more than the call
+    while the caller's thread holds the GIL between calls)."""
+    loop = _running_loop()
+    return loop is not None and loop in _DRIVEN
 
 
 class DrivenLoop:
@@ -36,6 +49,7 @@ class DrivenLoop:
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
+        _DRIVEN.add(self.loop)
         self._turn = threading.Condition()
         self._driver: int | None = None  # the thread running the loop now
         self._closed = False

@@ -104,7 +104,7 @@ GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     (
         "Driver errors, connections and locks",
         "",
-        ("ErrorRule", "PerLoop", "LoopLock"),
+        ("ErrorRule", "PerLoop", "LoopLock", "in_driven_loop"),
     ),
     (
         "Reporting on the server",

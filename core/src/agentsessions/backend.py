@@ -46,6 +46,7 @@ from ._diagnosis import (
     finding,
     schema_version,
 )
+from ._driven import in_driven_loop
 from ._loops import LoopLock, PerLoop
 from ._manager import (
     MAX_LAST_EVENTS,
@@ -137,6 +138,7 @@ __all__ = [
     "fork_fields",
     "fork_origin",
     "from_micros",
+    "in_driven_loop",
     "hookimpl",
     "hookspec",
     "mask_url",

@@ -19,13 +19,16 @@ import pytest_asyncio
 from agentsessions import (
     BackendUnavailableError,
     InvalidOptionError,
+    Session,
     SessionConflictError,
     connect,
 )
 from agentsessions.backend import TOKENS_KEPT, SaveRequest
+from agentsessions_conformance import FrozenClock
 from agentsessions_redis import RedisSessionManager
 from agentsessions_redis import _manager as redis_manager
 from agentsessions_redis._client import split_cluster_url
+from agentsessions_redis._conformance import redis_inventory
 from agentsessions_redis._keys import global_member
 from redis.asyncio.connection import Connection
 from redis.crc import key_slot
@@ -736,3 +739,41 @@ async def test_a_cluster_is_reached_through_the_address_map(
 async def _open_and_create(manager: RedisSessionManager) -> None:
     await manager.open()
     await manager.create("s")
+
+
+@pytest.mark.parametrize("how", ["create", "restore"])
+async def test_a_new_life_over_an_expired_id_drops_the_old_owners_index_entries(
+    deployment: Factory, how: str
+) -> None:
+    """A create or restore that replaces an expired session of another owner removes that
+    owner's index entries (global index member, user index), on one server and in a
+    cluster, where the script cannot reach the indexes and the client drops them: the id
+    is then erased whole by one delete."""
+    manager: RedisSessionManager = await deployment(ttl=60.0)
+    clock = FrozenClock()
+    manager.clock = clock
+    await manager.create("b*", "u1")
+    clock.advance(61)
+    if how == "create":
+        await manager.create("b*", "u2")
+    else:
+        await manager.restore(
+            Session(
+                session_id="b*",
+                user_id="u2",
+                events=[],
+                state={},
+                created_at=clock.now(),
+                updated_at=clock.now(),
+                version=3,
+            )
+        )
+    held = await redis_inventory(manager, "b*")
+    assert not [entry for entry in held.other if "u1" in entry or "dTE" in entry], (
+        f"{how} over the expired id must drop the old owner's index entries: {held.other}"
+    )
+    listed = await manager.list_sessions(user_id="u1")
+    assert listed.items == [], f"the old owner still lists the id: {listed.items}"
+    assert await manager.delete("b*") is True, "delete() of the new life must return True"
+    held = await redis_inventory(manager, "b*")
+    assert held.erased, f"one delete() must erase the id whole, storage still holds {held}"

@@ -39,7 +39,8 @@ async def _keys(manager: RedisSessionManager, prefix: str) -> list[bytes]:
 
 
 async def redis_inventory(manager: SessionManager, session_id: str) -> Inventory:
-    """The session's hash and event list, and every other key or index entry naming it."""
+    """The session's hash and event list, and every other key or index entry naming it
+    (the global, user and fork indexes)."""
     from agentsessions_conformance import Inventory
 
     from ._keys import split_global_member
@@ -68,6 +69,9 @@ async def redis_inventory(manager: SessionManager, session_id: str) -> Inventory
     for key in await _keys(manager, manager.keys.prefix + "user:"):
         if await client.zscore(key, session_id) is not None:
             other.append(f"user index {key!r}")
+    for key in await _keys(manager, manager.keys.prefix + "forks:"):
+        if await client.zscore(key, session_id) is not None:
+            other.append(f"fork index {key!r}")
     return Inventory(records=records, events=list(range(length)), other=other, archived=archived)
 
 

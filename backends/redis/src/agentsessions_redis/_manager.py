@@ -371,11 +371,28 @@ class RedisSessionManager(SessionManager):
             # NX kept an older entry's score, and a concurrent reader may have dropped
             # ours while the session did not exist yet: set the final score now.
             await asyncio.gather(*(client.zadd(e.index, {e.member: e.score}) for e in entries))
+            if len(result) > 1:
+                await self._drop_replaced(session_id.encode(), result, entries)
             return
         await self._apply_fixes(
             [_Fix(e, None) for e, was_added in zip(entries, added, strict=True) if was_added]
         )
         raise SessionExistsError(session_id)
+
+    async def _drop_replaced(
+        self, session_id: bytes, replaced: list[Any], kept: list[_Entry]
+    ) -> None:
+        """Drop the index entries of the expired life a cluster create replaced
+        (``replaced``: the CREATE script's {1, owner, created_at, fork index}), but those
+        the new life shares with it (the same owner: the same members, now its score)."""
+        owner, created = replaced[1], int(replaced[2])
+        stale = self._entries_of(session_id, owner, created)
+        if len(replaced) > 3 and replaced[3]:
+            stale.append(_Entry(replaced[3].decode(), session_id, created, session_id, owner))
+        ours = {(entry.index, entry.member) for entry in kept}
+        for entry in stale:
+            if (entry.index, entry.member) not in ours:
+                await self._apply_fixes([_Fix(entry, None)])
 
     def _fork_args(self, record: SessionRecord) -> tuple[str | int, ...]:
         """The CREATE script's fork origin arguments ("" each for a session that is no fork)."""

@@ -98,9 +98,12 @@ return {cjson.encode(rec), redis.call('LRANGE', KEYS[2], start, -1)}
 #       fork source, fork version, fork cut event, fork index key ('' each: no fork),
 #       event texts...
 # A create passes version 1, updated = created and no events; a restore the session's own.
-# Returns {1} when created, {0, created_at of the live session} when the id is taken.
+# Returns {1} when created, {0, created_at of the live session} when the id is taken; in
+# a cluster (no index keys), {1, owner, created_at, fork index} of the expired life it
+# replaced, whose index entries the client then drops (as after DELETE).
 CREATE = """
 local cur = redis.call('HMGET', KEYS[1], 't', 'x', 'c', 'u', 'uk', 'fk')
+local replaced = nil
 if cur[1] then
   if cur[1] == ARGV[2] then return {1} end
   if not cur[2] or tonumber(cur[2]) > tonumber(ARGV[1]) then return {0, cur[3]} end
@@ -109,6 +112,8 @@ if cur[1] then
     redis.call('ZREM', KEYS[5], ARGV[3] .. '\\0' .. (cur[4] or ''))
     if cur[5] then redis.call('ZREM', cur[5], ARGV[3]) end
     if cur[6] then redis.call('ZREM', cur[6], ARGV[3]) end
+  else
+    replaced = {1, cur[4], cur[3], cur[6]}
   end
 end
 local fields = {'id', ARGV[3], 's', ARGV[5], 'v', ARGV[11], 'c', ARGV[6], 'm', ARGV[12],
@@ -146,7 +151,7 @@ if KEYS[5] then
   if KEYS[6] then redis.call('ZADD', KEYS[6], ARGV[6], ARGV[3]) end
   if ARGV[18] ~= '' then redis.call('ZADD', ARGV[18], ARGV[6], ARGV[3]) end
 end
-return {1}
+return replaced or {1}
 """
 
 # What SAVE, COMPACT and REWIND share. seen(text, token): whether *text* holds *token*

@@ -11,6 +11,11 @@ of awaiting each statement:
 * one thread hop per operation instead of four or five (measured: an append costs
   about half as much; see README).
 
+A blocking caller whose thread runs the loop itself (``agentsessions``' `DrivenLoop`,
+behind the LangGraph saver's blocking methods) makes no hop at all: when nothing else is
+in flight on the connection, `Link` runs the transaction in the caller's thread, under
+the lock (`Link.turn`) the connection thread takes for every job too.
+
 aiosqlite has no public name for "run this function on the connection's thread"; `Link`
 queues its calls on the connection's work queue itself (as aiosqlite's own
 ``Connection._execute`` does), with a future of the caller's running loop, so one
@@ -43,6 +48,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
 import aiosqlite
+from agentsessions.backend import in_driven_loop
 
 __all__ = ["AbandonedError", "Link", "connect", "is_busy"]
 
@@ -140,11 +146,12 @@ def _boxed(job: _Job, link: Link, fn: Callable[..., T], *args: Any) -> list[T]:
     """
     if job.abandoned:
         raise AbandonedError("the caller stopped waiting before this ran")
-    link.running = job
-    try:
-        return [fn(*args)]
-    finally:
-        link.running = None
+    with link.turn:
+        link.running = job
+        try:
+            return [fn(*args)]
+        finally:
+            link.running = None
 
 
 class Link:
@@ -164,6 +171,9 @@ class Link:
         self._queue = conn._tx
         self.running: _Job | None = None  # the job in the thread right now
         self.in_flight = 0  # calls submitted and not yet returned to their callers
+        # Held by whoever runs a job on the raw connection: its thread, or a blocking
+        # caller running one inline (`_execute`).
+        self.turn = threading.Lock()
 
     async def _submit(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` in the connection thread; its result in the caller's loop."""
@@ -188,6 +198,16 @@ class Link:
         return await future
 
     async def _execute(self, job: _Job, fn: Callable[..., T], *args: Any) -> list[T]:
+        if self.in_flight == 0 and in_driven_loop() and self.turn.acquire(blocking=False):
+            # A blocking caller runs this loop and waits for this very call: run it in
+            # its thread, with no crossing to the connection thread and back. The turn
+            # keeps the connection thread (serving another loop) off it meanwhile.
+            self.in_flight += 1
+            try:
+                return [fn(*args)]
+            finally:
+                self.in_flight -= 1
+                self.turn.release()
         self.in_flight += 1
         try:
             return cast(list[T], await self._submit(_boxed, job, self, fn, *args))
@@ -269,7 +289,10 @@ async def connect(
     path: str, busy_timeout: float, remaining: Callable[[float], float] | None = None
 ) -> Link:
     """Open *path* in autocommit mode (we issue BEGIN/COMMIT ourselves)."""
-    conn = aiosqlite.connect(path, isolation_level=None, timeout=busy_timeout)
+    # check_same_thread=False: a blocking caller may run a call inline (`Link.turn`).
+    conn = aiosqlite.connect(
+        path, isolation_level=None, timeout=busy_timeout, check_same_thread=False
+    )
     # Not joined at interpreter exit (see the module docstring).
     conn._thread.daemon = True
     try:

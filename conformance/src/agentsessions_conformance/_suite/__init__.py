@@ -16,6 +16,7 @@ from ._tests_delete import DeleteTests
 from ._tests_erasure import ErasureTests
 from ._tests_erasure_races import ErasureRaceTests
 from ._tests_errors import ErrorMappingTests
+from ._tests_every_operation import EveryOperationTests
 from ._tests_fidelity import FidelityTests
 from ._tests_file_lock import FileLockTests
 from ._tests_get import GetTests
@@ -68,6 +69,7 @@ class SessionManagerTests(
     NewOpsRuleTests,
     NewOpsNamespaceTests,
     NewOpsExpiryTests,
+    EveryOperationTests,
     LayoutBoundaryTests,
     CompactionTests,
     BranchingTests,

@@ -22,6 +22,7 @@ from agentsessions import BackendUnavailableError, Session, SessionManager
 
 from .._plugins import find_write_lock
 from ._base import SuiteBase
+from ._tests_restore import _exported
 
 #: The lock wait the clause sets, and what a write may take beyond it.
 LOCK_WAIT = 1.0
@@ -77,10 +78,11 @@ class FileLockTests(SuiteBase):
     async def test_file_lock_held_by_another_process_fails_writes_within_the_wait(
         self, manager: SessionManager
     ) -> None:
-        """While another process holds the file's write lock, create, save, update and
-        delete each raise BackendUnavailableError within the engine's lock wait + 1 s
-        (not the call's deadline) and write nothing; once it lets go, the same manager
-        saves the same copy."""
+        """While another process holds the file's write lock, create, save, update,
+        delete, delete_user, fork and restore (these two with branching) each raise
+        BackendUnavailableError within the engine's lock wait + 1 s (not the call's
+        deadline) and write nothing; once it lets go, the same manager saves the same
+        copy."""
         found = self.write_lock_holder(manager)
         if isinstance(found, str):
             pytest.skip(f"no write lock to hold for this backend: {found}")
@@ -89,7 +91,9 @@ class FileLockTests(SuiteBase):
         await locked.open()
         try:
             session_id, fresh_id = self.new_id(), self.new_id()
-            session = await locked.create(session_id, state={"n": 0})
+            owner, fork_id = self.new_user(), self.new_id("fork")
+            export = _exported(self.new_id(), owner)
+            session = await locked.create(session_id, owner, state={"n": 0})
             version = session.version
             session.add_event("user", "blocked")
 
@@ -101,7 +105,11 @@ class FileLockTests(SuiteBase):
                 "save": lambda: locked.save(session),
                 "update": lambda: locked.update(session_id, append),
                 "delete": lambda: locked.delete(session_id),
+                "delete_user": lambda: locked.delete_user(owner),
             }
+            if manager.capabilities.branching:
+                calls["fork"] = lambda: locked.fork(session_id, fork_id)
+            calls["restore"] = lambda: locked.restore(export.model_copy(deep=True))
             async with self._lock_held(command):
                 for name, call in calls.items():
                     started = time.monotonic()
@@ -114,14 +122,22 @@ class FileLockTests(SuiteBase):
                         f"engine's lock wait was {LOCK_WAIT:g} s (the deadline {DEADLINE:g} s)"
                     )
             stored = await self.readback(manager, session_id)
-            assert stored is not None, "delete() refused for the lock erased the session"
+            assert stored is not None, (
+                f"delete() and delete_user() refused for the write lock must erase nothing: "
+                f"get({session_id!r}) found no session"
+            )
             assert stored.version == version and stored.events == [], (
                 "a write refused for the lock was stored"
             )
-            assert await self.readback(manager, fresh_id) is None, (
-                f"create({fresh_id!r}) refused for the write lock must store nothing: get() "
-                "found the session"
-            )
+            for name, written in (
+                ("create", fresh_id),
+                ("fork", fork_id),
+                ("restore", export.session_id),
+            ):
+                assert await self.readback(manager, written) is None, (
+                    f"{name}() of {written!r} refused for the write lock must store nothing: "
+                    "get() found the session"
+                )
             await locked.save(session)
             stored = await self.readback(manager, session_id)
             assert stored is not None, (

@@ -34,7 +34,9 @@ class ModelTests(SuiteBase):
         purge_expired, compact, fork, rewind, restore, writes whose replies or requests
         are lost and then retried or re-read, the clock passing the ttl), through two
         managers when shared, give the results, errors, sessions, archives and listings
-        of the reference memory backend."""
+        of the reference memory backend; and after every step raw storage (the storage
+        hook, `raw_inventory`) holds nothing of an id the model holds nothing of, and
+        exactly the model's record, event positions and archive of a live session."""
         self.require(manager, "namespaces")  # a store of its own: the id pool is fixed
         ttl: dict[str, Any] = {"ttl": 100.0} if manager.capabilities.ttl else {}
 
@@ -51,6 +53,7 @@ class ModelTests(SuiteBase):
             self.clock,
             ttl=bool(ttl),
             stop=stop,
+            stored=self.inventory,
         )
         cls = type(self)
         examples = self._machine_examples or cls.machine_examples

@@ -150,6 +150,59 @@ class NewOpsRuleTests(SuiteBase):
                 f"unexpected {sorted(set(found) - expected)}"
             )
 
+    async def test_an_erased_forks_id_used_again_is_listed_under_its_new_source(
+        self, manager: SessionManager
+    ) -> None:
+        """Once a fork is erased, by delete() or by delete_user() of its owner, nothing
+        of it still lists it under its source: its id used again, by a session that is
+        no fork and then by a fork of another source, is listed by
+        list_sessions(forked_from=) under the source it now has only (a fork index
+        entry left by the erasure must not revive it under the old one)."""
+        self.require(manager, "branching")
+        for erase in ("delete", "delete_user"):
+            owner = self.new_user()
+            source = await manager.create(self.new_id("src"), owner)
+            source.add_event("user", "hi")
+            await manager.save(source)
+            fork_id = self.new_id("fork")
+            await manager.fork(source.session_id, fork_id)
+            if erase == "delete":
+                assert await manager.delete(fork_id), (
+                    f"delete({fork_id!r}) of a live fork must return True, found False"
+                )
+            else:
+                erased = await manager.delete_user(owner)
+                assert erased == 2, (
+                    f"delete_user({owner!r}) must erase the user's source and its fork: "
+                    f"expected 2 sessions erased, found {erased}"
+                )
+            await self.check_erased(manager, fork_id, f"{erase}() erased the fork")
+            await manager.create(fork_id, self.new_user())
+            listed = await _forks_listed(manager, source.session_id, 10)
+            assert listed == [], (
+                f"after {erase}() of fork {fork_id!r} and create() of a session that is no "
+                f"fork under its id, list_sessions(forked_from={source.session_id!r}) must "
+                f"list no forks: expected [], found {listed}"
+            )
+            assert await manager.delete(fork_id), (
+                f"delete({fork_id!r}) of the session just created must return True, found False"
+            )
+            other = await manager.create(self.new_id("src"))
+            other.add_event("user", "another source")
+            await manager.save(other)
+            await manager.fork(other.session_id, fork_id)
+            listed = await _forks_listed(manager, source.session_id, 10)
+            assert listed == [], (
+                f"after {erase}() of fork {fork_id!r} and a fork of another source under "
+                f"its id, list_sessions(forked_from={source.session_id!r}) (the old source) "
+                f"must list no forks: expected [], found {listed}"
+            )
+            listed = await _forks_listed(manager, other.session_id, 10)
+            assert listed == [fork_id], (
+                f"list_sessions(forked_from={other.session_id!r}) must list the fork made "
+                f"under the reused id {fork_id!r}: expected [{fork_id!r}], found {listed}"
+            )
+
     # -- fork of an expired source ------------------------------------------------------
 
     async def test_fork_of_an_expired_source_is_not_found(self, manager: SessionManager) -> None:

@@ -51,15 +51,16 @@ class SaveTokenTests(SuiteBase):
         self, manager: SessionManager
     ) -> None:
         """A save whose reply was lost, retried after TOKENS_KEPT - 1 later writes of the
-        same session (saves and, where supported, compactions: "keep the tokens of at
-        least the last TOKENS_KEPT saves of the session"), is recognised: it succeeds and
-        writes nothing, however many writes other sessions (in its namespace and the
-        same id in another) took meanwhile. Retried after more, it is recognised or a
-        conflict, and never lands twice."""
+        same session (saves and, where supported, compactions and rewinds: "keep the
+        tokens of at least the last TOKENS_KEPT saves of the session"), is recognised:
+        it succeeds and writes nothing, however many writes other sessions (in its
+        namespace and the same id in another) took meanwhile. Retried after more, it is
+        recognised or a conflict, and never lands twice."""
         session = await self.session_with_events(manager, 1)
         sid = session.session_id
         neighbours = await self._neighbours(manager, sid)
         compaction = manager.capabilities.compaction
+        branching = manager.capabilities.branching
         for later, text in ((TOKENS_KEPT - 1, "mine"), (TOKENS_KEPT + 4, "mine again")):
             mine = await manager.get(sid)
             assert mine is not None, (
@@ -83,6 +84,8 @@ class SaveTokenTests(SuiteBase):
             for index in range(later):
                 if compaction and index % 8 == 7:
                     await manager.compact(rival, rival.events[0].id, [_summary(f"c{index}")])
+                elif branching and index % 8 == 3 and len(rival.events) >= 2:
+                    await manager.rewind(rival, rival.events[-2].id)
                 else:
                     rival.add_event("rival", f"r{index}")
                     await manager.save(rival)

@@ -24,7 +24,6 @@ import pytest
 from agentsessions import (
     BackendTimeoutError,
     BackendUnavailableError,
-    Event,
     Session,
     SessionConflictError,
     SessionManager,
@@ -33,6 +32,7 @@ from agentsessions import (
 from .._plugins import find_wire_route
 from .._proxy import FaultProxy, ProxyMode
 from ._base import SuiteBase
+from ._operations import NEEDS, OPERATIONS, Target, call_of
 from ._tests_restore import _exported
 
 #: The deadline of the managers that talk through the proxy, in seconds.
@@ -40,25 +40,6 @@ WIRE_TIMEOUT = 1.0
 #: What a call may take beyond its deadline before the kit calls it hung.
 SLACK = 1.0
 _WARM_UP_TRIES = 3
-#: Every public operation, as the clauses parametrised over them name it.
-OPERATIONS = [
-    "create",
-    "get",
-    "get(last_events)",
-    "save",
-    "update",
-    "list_sessions",
-    "list_sessions(user_id)",
-    "list_sessions(forked_from)",
-    "archived_events",
-    "fork",
-    "rewind",
-    "compact",
-    "restore",
-    "delete",
-    "delete_user",
-    "purge_expired",
-]
 #: Operations an engine may answer without its server: an engine that expires data
 #: itself has nothing to purge.
 ANSWERABLE_WITHOUT_SERVER = {"purge_expired"}
@@ -412,53 +393,23 @@ class WireFaultTests(SuiteBase):
     ) -> Callable[[], Any]:
         """What *operation* does through *wired*, set up (while traffic flows) so that it
         would succeed: a stored session of 6 events, owned, and a loaded copy of it."""
-        needs = {
-            "list_sessions(forked_from)": "branching",
-            "fork": "branching",
-            "rewind": "branching",
-            "compact": "compaction",
-            "archived_events": "compaction",
-        }
-        if operation in needs:
-            self.require(manager, needs[operation])
+        if operation in NEEDS:
+            self.require(manager, NEEDS[operation])
         owner = self.new_user()
         session = await wired.create(self.new_id(), owner, state={"n": 1})
         for index in range(6):
             session.add_event("user", f"event {index}")
         await wired.save(session)
-        session_id = session.session_id
-        export = _exported(self.new_id(), owner)
-
-        def append(current: Session) -> None:
-            current.add_event("user", "during the fault")
-
-        def save() -> Any:
-            session.add_event("user", "during the fault")
-            return wired.save(session)
-
-        calls: dict[str, Callable[[], Any]] = {
-            "create": lambda: wired.create(self.new_id()),
-            "get": lambda: wired.get(session_id),
-            "get(last_events)": lambda: wired.get(session_id, last_events=2),
-            "save": save,
-            "update": lambda: wired.update(session_id, append),
-            "list_sessions": lambda: wired.list_sessions(limit=5),
-            "list_sessions(user_id)": lambda: wired.list_sessions(user_id=owner, limit=5),
-            "list_sessions(forked_from)": lambda: wired.list_sessions(
-                forked_from=session_id, limit=5
-            ),
-            "archived_events": lambda: wired.archived_events(session_id),
-            "fork": lambda: wired.fork(session_id, self.new_id("fork")),
-            "rewind": lambda: wired.rewind(session, session.events[2].id),
-            "compact": lambda: wired.compact(
-                session, session.events[1].id, [Event(author="summarizer", content="s")]
-            ),
-            "restore": lambda: wired.restore(export),
-            "delete": lambda: wired.delete(session_id),
-            "delete_user": lambda: wired.delete_user(owner),
-            "purge_expired": lambda: wired.purge_expired(),
-        }
-        return calls[operation]
+        target = Target(
+            manager=wired,
+            session_id=session.session_id,
+            owner=owner,
+            copy=session,
+            create_id=self.new_id(),
+            export=_exported(self.new_id(), owner),
+            fork_id=self.new_id("fork"),
+        )
+        return call_of(operation, target)
 
     @pytest.mark.parametrize("operation", OPERATIONS)
     async def test_wire_frozen_server_every_operation_ends_at_its_deadline(
