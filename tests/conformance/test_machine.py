@@ -33,22 +33,28 @@ async def _inventory(manager: SessionManager, session_id: str) -> Inventory:
     return memory_inventory(manager, session_id)
 
 
+def _config(subject: SessionManager, *, ttl: bool) -> MachineConfig:
+    """A machine's config over *subject* alone, on a fresh `FrozenClock`, with the storage
+    check on (call it on the loop the runs will use)."""
+    clock = FrozenClock()
+    subject.clock = clock
+    return MachineConfig(
+        asyncio.get_running_loop(),
+        [subject],
+        clock,
+        ttl=ttl,
+        stop=threading.Event(),
+        stored=_inventory,
+    )
+
+
 async def test_a_partial_copy_of_an_earlier_life_may_be_refused_as_partial() -> None:
     """A copy loaded with last_events, its id deleted and created again, then edited in a
     way a partial copy cannot save: the manager refuses the edit (PartialSessionError)
     before the backend is asked, and the machine must accept that instead of insisting
     on a conflict. Hypothesis found this sequence; the machine failed it."""
     async with connect("memory://") as subject:
-        clock = FrozenClock()
-        subject.clock = clock
-        config = MachineConfig(
-            asyncio.get_running_loop(),
-            [subject],
-            clock,
-            ttl=False,
-            stop=threading.Event(),
-            stored=_inventory,
-        )
+        config = _config(subject, ttl=False)
 
         def replay() -> None:
             state: Any = _machine(config)()  # its rules are made by decorators
@@ -82,16 +88,7 @@ def _replay(subject: SessionManager, steps: Callable[[Any], None], *, ttl: bool 
     """Run *steps* on a fresh machine over *subject*, on a loop of its own."""
 
     async def run() -> None:
-        clock = FrozenClock()
-        subject.clock = clock
-        config = MachineConfig(
-            asyncio.get_running_loop(),
-            [subject],
-            clock,
-            ttl=ttl,
-            stop=threading.Event(),
-            stored=_inventory,
-        )
+        config = _config(subject, ttl=ttl)
 
         def replay() -> None:
             state: Any = _machine(config)()
@@ -207,16 +204,7 @@ def test_leftovers_fail_before_the_next_run_with_what_the_run_before_did(
     subject = DeleteOfExpiredOrphansEventsManager.from_url(_sqlite_url(tmp_path), ttl=TTL)
 
     async def run() -> None:
-        clock = FrozenClock()
-        subject.clock = clock
-        config = MachineConfig(
-            asyncio.get_running_loop(),
-            [subject],
-            clock,
-            ttl=True,
-            stop=threading.Event(),
-            stored=_inventory,
-        )
+        config = _config(subject, ttl=True)
 
         def replay() -> None:
             state: Any = _machine(config)()
@@ -248,16 +236,7 @@ def test_the_machine_catches_the_broken_delete_unshrunk_and_unflaky(tmp_path: Pa
     subject = DeleteOfExpiredOrphansEventsManager.from_url(_sqlite_url(tmp_path), ttl=TTL)
 
     async def run() -> None:
-        clock = FrozenClock()
-        subject.clock = clock
-        config = MachineConfig(
-            asyncio.get_running_loop(),
-            [subject],
-            clock,
-            ttl=True,
-            stop=threading.Event(),
-            stored=_inventory,
-        )
+        config = _config(subject, ttl=True)
         try:
             await asyncio.wait_for(asyncio.to_thread(run_machine, config, 50, 20, 2.0, True), 60)
         finally:
