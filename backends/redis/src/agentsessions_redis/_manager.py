@@ -385,10 +385,8 @@ class RedisSessionManager(SessionManager):
         """Drop the index entries of the expired life a cluster create replaced
         (``replaced``: the CREATE script's {1, owner, created_at, fork index}), but those
         the new life shares with it (the same owner: the same members, now its score)."""
-        owner, created = replaced[1], int(replaced[2])
-        stale = self._entries_of(session_id, owner, created)
-        if len(replaced) > 3 and replaced[3]:
-            stale.append(_Entry(replaced[3].decode(), session_id, created, session_id, owner))
+        fork_index = replaced[3] if len(replaced) > 3 else None
+        stale = self._life_entries(session_id, replaced[1], int(replaced[2]), fork_index)
         ours = {(entry.index, entry.member) for entry in kept}
         for entry in stale:
             if (entry.index, entry.member) not in ours:
@@ -636,13 +634,20 @@ class RedisSessionManager(SessionManager):
             created = int(result[2])
             # One at a time: delete_user and purge run up to _FANOUT of these at once, and
             # nesting a fan-out in each exhausted a cluster node's connection pool.
-            entries = self._entries_of(session_id.encode(), owner, created)
-            if len(result) > 3 and result[3]:
-                encoded = session_id.encode()
-                entries.append(_Entry(result[3].decode(), encoded, created, encoded, owner))
-            for entry in entries:
+            fork_index = result[3] if len(result) > 3 else None
+            for entry in self._life_entries(session_id.encode(), owner, created, fork_index):
                 await self._apply_fixes([_Fix(entry, None)])
         return verdict
+
+    def _life_entries(
+        self, session_id: bytes, owner: bytes | None, created: int, fork_index: bytes | None
+    ) -> list[_Entry]:
+        """The index entries of one life of an id, from what the DELETE or CREATE script
+        returns of it: its owner, creation time and fork index key (None: no fork)."""
+        entries = self._entries_of(session_id, owner, created)
+        if fork_index:
+            entries.append(_Entry(fork_index.decode(), session_id, created, session_id, owner))
+        return entries
 
     def _entries_of(self, session_id: bytes, user_id: bytes | None, score: int) -> list[_Entry]:
         """The index entries a session with this id, owner and creation time has."""
