@@ -50,7 +50,9 @@ the calling thread runs itself for the length of its call.
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import contextlib
 import random
 import threading
 from collections import OrderedDict
@@ -69,7 +71,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from .._driven import DrivenLoop
+from .._driven import DrivenLoop, in_driven_loop
 from .._errors import (
     InvalidInputError,
     SessionConflictError,
@@ -148,6 +150,9 @@ class AgentSessionsSaver(BlockingSaver):
         # write creates instead of loading), and whose write is in flight.
         self._absent: OrderedDict[str, bool] = OrderedDict()
         self._writing = KeyedLoopLock()
+        # Per namespace session and event loop: the writes waiting for their turn, which
+        # the write holding it sends with its own, in one save (see `_append`).
+        self._queued: dict[tuple[str, asyncio.AbstractEventLoop], list[_Queued]] = {}
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> AgentSessionsSaver:
@@ -545,51 +550,77 @@ class AgentSessionsSaver(BlockingSaver):
         session_id = namespace_session_id(thread_id, ns)
         # One write at a time per namespace session in this saver: LangGraph runs a put
         # and the next step's put_writes concurrently, and two saves of one session
-        # would refuse each other (version check) and reload. In turn, each appends to
-        # the session as the last one left it: one round trip each.
+        # would refuse each other (version check) and reload. The write whose turn it
+        # is sends every write queued behind it on the same loop in its own save, in
+        # the order they came: a step's writes and its checkpoint, submitted together,
+        # are one round trip instead of one each.
+        key = (session_id, asyncio.get_running_loop())
+        entry = _Queued(fn)
+        self._queued.setdefault(key, []).append(entry)
         async with self._writing.hold(session_id):
-            await self._append_in_turn(thread_id, session_id, fn)
+            if not entry.done:
+                if not in_driven_loop():
+                    # One pass of the loop first: the writes submitted in the same step
+                    # as this one are queued by then. (Not for blocking callers: their
+                    # writes come from other threads, which a pass does not wait for,
+                    # and it would hold the calling thread's turn on the loop longer.)
+                    await asyncio.sleep(0)
+                batch = self._queued.pop(key, [])
+                try:
+                    await self._append_in_turn(thread_id, session_id, batch)
+                except BaseException as exc:
+                    for queued in batch:
+                        if not queued.done:
+                            queued.fail(exc)
+                    raise
+        entry.outcome()
 
-    async def _append_in_turn(
-        self, thread_id: str, session_id: str, fn: Callable[[Session], None]
-    ) -> None:
+    async def _append_in_turn(self, thread_id: str, session_id: str, batch: list[_Queued]) -> None:
         held = self._held.pop(session_id, None)
+        if held is None and self._absent.pop(session_id, False):
+            # This saver just read it as absent (a new thread): create it, then append,
+            # instead of a load that would find nothing first.
+            # SessionExistsError: another writer created it since: load and check below.
+            with contextlib.suppress(SessionExistsError):
+                held = await self.manager.create(session_id, user_id=thread_owner(thread_id))
         if held is not None:
-            fn(held)  # may raise CheckpointConflictError from what this saver last saw
+            # Each change may raise CheckpointConflictError from what this saver last
+            # saw, before it changes anything: that write fails alone.
+            applied = [queued for queued in batch if queued.apply(held)]
+            if not applied:
+                return
             try:
                 await self.manager.save(held)
             except (SessionConflictError, SessionNotFoundError):
-                pass  # another writer saved (or deleted) since: load and check again below
+                batch = applied  # another writer saved (or deleted) since: one by one below
+            except InvalidInputError:
+                if len(applied) == 1:
+                    raise
+                batch = applied  # one of them is refused (too large, say): it fails alone
             else:
+                for queued in applied:
+                    queued.succeed()
                 self._hold(held)
                 return
-        elif self._absent.pop(session_id, False):
-            # This saver just read it as absent (a new thread): create it, then append,
-            # instead of a load that would find nothing first.
-            try:
-                created = await self.manager.create(session_id, user_id=thread_owner(thread_id))
-            except SessionExistsError:
-                pass  # another writer created it since: load and check below
-            else:
-                fn(created)
-                try:
-                    await self.manager.save(created)
-                except (SessionConflictError, SessionNotFoundError):
-                    pass
-                else:
-                    self._hold(created)
-                    return
         # An append needs none of the history (last_events=0): its cost does not grow
         # with the thread.
-        stored = await self.manager.update(
-            session_id,
-            fn,
-            user_id=thread_owner(thread_id),
-            create=True,
-            retries=self.retries,
-            last_events=0,
-        )
-        self._hold(stored)
+        for queued in batch:
+            if queued.done:
+                continue
+            try:
+                stored = await self.manager.update(
+                    session_id,
+                    queued.fn,
+                    user_id=thread_owner(thread_id),
+                    create=True,
+                    retries=self.retries,
+                    last_events=0,
+                )
+            except Exception as exc:
+                queued.fail(exc)
+            else:
+                queued.succeed()
+                self._hold(stored)
 
     def _hold(self, session: Session) -> None:
         loaded = session._loaded
@@ -670,3 +701,37 @@ class AgentSessionsSaver(BlockingSaver):
         # An int is what a thread written by a saver counting in ints holds.
         current_v = 0 if current is None else int(str(current).split(".")[0])
         return f"{current_v + 1:032}.{random.random():016}"
+
+
+class _Queued:
+    """One write waiting for its namespace session's turn, and how it ended."""
+
+    __slots__ = ("done", "error", "fn")
+
+    def __init__(self, fn: Callable[[Session], None]) -> None:
+        self.fn = fn
+        self.done = False
+        self.error: BaseException | None = None
+
+    def apply(self, session: Session) -> bool:
+        """Apply the change to *session*; False (and failed) if it raised."""
+        try:
+            self.fn(session)
+        except Exception as exc:
+            self.fail(exc)
+            return False
+        return True
+
+    def succeed(self) -> None:
+        self.done = True
+
+    def fail(self, error: BaseException) -> None:
+        self.done = True
+        self.error = error
+
+    def outcome(self) -> None:
+        """Return if the write landed; raise what stopped it otherwise."""
+        if not self.done:
+            raise RuntimeError("a queued checkpoint write was never sent")
+        if self.error is not None:
+            raise self.error
