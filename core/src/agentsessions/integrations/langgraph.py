@@ -104,6 +104,7 @@ from ._langgraph_layout import (
     thread_owner,
 )
 from ._langgraph_pruning import drop_runs, keep_latest
+from ._langgraph_queue import _Queued
 from ._shared import finish_despite_cancellation
 
 __all__ = ["AgentSessionsSaver", "CheckpointConflictError", "StoredCheckpointError"]
@@ -559,12 +560,8 @@ class AgentSessionsSaver(BlockingSaver):
         self._queued.setdefault(key, []).append(entry)
         async with self._writing.hold(session_id):
             if not entry.done:
-                if not in_driven_loop():
-                    # One pass of the loop first: the writes submitted in the same step
-                    # as this one are queued by then. (Not for blocking callers: their
-                    # writes come from other threads, which a pass does not wait for,
-                    # and it would hold the calling thread's turn on the loop longer.)
-                    await asyncio.sleep(0)
+                if not in_driven_loop():  # blocking callers' writes come from other threads
+                    await asyncio.sleep(0)  # one pass: the same step's writes queue by then
                 batch = self._queued.pop(key, [])
                 try:
                     await self._append_in_turn(thread_id, session_id, batch)
@@ -701,37 +698,3 @@ class AgentSessionsSaver(BlockingSaver):
         # An int is what a thread written by a saver counting in ints holds.
         current_v = 0 if current is None else int(str(current).split(".")[0])
         return f"{current_v + 1:032}.{random.random():016}"
-
-
-class _Queued:
-    """One write waiting for its namespace session's turn, and how it ended."""
-
-    __slots__ = ("done", "error", "fn")
-
-    def __init__(self, fn: Callable[[Session], None]) -> None:
-        self.fn = fn
-        self.done = False
-        self.error: BaseException | None = None
-
-    def apply(self, session: Session) -> bool:
-        """Apply the change to *session*; False (and failed) if it raised."""
-        try:
-            self.fn(session)
-        except Exception as exc:
-            self.fail(exc)
-            return False
-        return True
-
-    def succeed(self) -> None:
-        self.done = True
-
-    def fail(self, error: BaseException) -> None:
-        self.done = True
-        self.error = error
-
-    def outcome(self) -> None:
-        """Return if the write landed; raise what stopped it otherwise."""
-        if not self.done:
-            raise RuntimeError("a queued checkpoint write was never sent")
-        if self.error is not None:
-            raise self.error
