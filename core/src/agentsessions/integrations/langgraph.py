@@ -104,7 +104,7 @@ from ._langgraph_layout import (
     thread_owner,
 )
 from ._langgraph_pruning import drop_runs, keep_latest
-from ._langgraph_queue import _Queued
+from ._langgraph_queue import _Queued, update_each
 from ._shared import finish_despite_cancellation
 
 __all__ = ["AgentSessionsSaver", "CheckpointConflictError", "StoredCheckpointError"]
@@ -599,25 +599,11 @@ class AgentSessionsSaver(BlockingSaver):
                     queued.succeed()
                 self._hold(held)
                 return
-        # An append needs none of the history (last_events=0): its cost does not grow
-        # with the thread.
-        for queued in batch:
-            if queued.done:
-                continue
-            try:
-                stored = await self.manager.update(
-                    session_id,
-                    queued.fn,
-                    user_id=thread_owner(thread_id),
-                    create=True,
-                    retries=self.retries,
-                    last_events=0,
-                )
-            except Exception as exc:
-                queued.fail(exc)
-            else:
-                queued.succeed()
-                self._hold(stored)
+        stored = await update_each(
+            self.manager, session_id, thread_owner(thread_id), self.retries, batch
+        )
+        if stored is not None:
+            self._hold(stored)
 
     def _hold(self, session: Session) -> None:
         loaded = session._loaded
