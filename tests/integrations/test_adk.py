@@ -765,3 +765,67 @@ async def test_fork_session_branches_a_conversation_under_the_runner(
         await service.fork_session(app_name="trips", user_id="ada", session_id="absent")
     with pytest.raises(SessionNotFoundError):  # another user's session is not theirs to fork
         await service.fork_session(app_name="trips", user_id="bob", session_id=session.id)
+
+
+# -- how get_session reads (memory only: the choice depends on the backend's kind) ------
+
+
+def _in_flight_counter(service: AgentSessionsSessionService) -> list[int]:
+    """Wrap the manager's get to record the most reads in flight at once."""
+    manager = service.manager
+    original = manager.get
+    state = {"now": 0}
+    peaks: list[int] = [0]
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        state["now"] += 1
+        peaks[0] = max(peaks[0], state["now"])
+        try:
+            await asyncio.sleep(0)  # where a read over the network would wait
+            return await original(*args, **kwargs)
+        finally:
+            state["now"] -= 1
+
+    manager.get = counted  # type: ignore[method-assign]
+    return peaks
+
+
+async def test_get_session_reads_in_turn_in_process_and_concurrently_elsewhere() -> None:
+    import dataclasses
+
+    import agentsessions
+
+    for persistent, expected_peak in ((False, 1), (True, 3)):
+        async with agentsessions.connect("memory://") as manager:
+            # A private memory store is in-process; the same store declared persistent
+            # stands for a backend whose reads wait on I/O.
+            manager.capabilities = dataclasses.replace(manager.capabilities, persistent=persistent)
+            service = AgentSessionsSessionService(manager)
+            await service.create_session(app_name="app", user_id="u", session_id="s")
+            peaks = _in_flight_counter(service)
+            found = await service.get_session(app_name="app", user_id="u", session_id="s")
+            assert found is not None and found.id == "s"
+            assert peaks[0] == expected_peak, (persistent, peaks[0])
+
+
+async def test_a_failed_read_in_process_leaves_no_read_behind(
+    recwarn: pytest.WarningsRecorder,
+) -> None:
+    import agentsessions
+    from agentsessions import BackendUnavailableError
+
+    async with agentsessions.connect("memory://") as manager:
+        service = AgentSessionsSessionService(manager)
+        await service.create_session(app_name="app", user_id="u", session_id="s")
+        calls: list[str] = []
+
+        async def failing(session_id: str, **kwargs: Any) -> Any:
+            calls.append(session_id)
+            raise BackendUnavailableError("memory://", "the first read failed")
+
+        manager.get = failing  # type: ignore[method-assign]
+        with pytest.raises(BackendUnavailableError, match="the first read failed"):
+            await service.get_session(app_name="app", user_id="u", session_id="s")
+        gc.collect()
+    assert len(calls) == 1  # the reads after the failed one never ran
+    assert not [w for w in recwarn if "never awaited" in str(w.message)]

@@ -261,14 +261,17 @@ class LazyEvents(EventList):
         self._stored = None
         self._tail = []
 
-    def _tail_start(self, key: slice) -> int | None:
-        """Where in the tail *key* starts, if it lies entirely in the tail (step 1)."""
+    def _tail_range(self, key: slice) -> tuple[int, int] | None:
+        """The tail's ``[start, stop)`` that *key* selects, if it lies entirely in the
+        tail (step 1)."""
         stored = self._stored
         if stored is None or key.step not in (None, 1):
             return None
-        start, _, _ = key.indices(len(stored) + len(self._tail))
-        offset = start - len(stored)
-        return offset if offset >= 0 else None
+        size = stored._count
+        start, stop, _ = key.indices(size + len(self._tail))
+        if start < size:
+            return None
+        return start - size, max(start, stop) - size
 
     # -- what works without decoding --------------------------------------------------
 
@@ -276,7 +279,7 @@ class LazyEvents(EventList):
         stored = self._stored
         if stored is None:
             return super().__len__()
-        return len(stored) + len(self._tail)
+        return stored._count + len(self._tail)
 
     def append(self, value: Event) -> None:
         if self._stored is None:
@@ -299,25 +302,24 @@ class LazyEvents(EventList):
         stored = self._stored
         if stored is not None:
             if isinstance(key, slice):
-                offset = self._tail_start(key)
-                if offset is not None:
-                    stop = key.indices(len(stored) + len(self._tail))[1] - len(stored)
-                    return self._tail[offset : max(offset, stop)]
+                found = self._tail_range(key)
+                if found is not None:
+                    return self._tail[found[0] : found[1]]
             else:
-                position = _as_index(key, len(stored) + len(self._tail))
-                if position >= len(stored):
-                    return self._tail[position - len(stored)]
+                size = stored._count
+                position = _as_index(key, size + len(self._tail))
+                if position >= size:
+                    return self._tail[position - size]
             self.materialize()
         return super().__getitem__(key)
 
     def __delitem__(self, key: Any) -> None:
         stored = self._stored
         if stored is not None and isinstance(key, slice):
-            offset = self._tail_start(key)
-            if offset is not None:
-                stop = key.indices(len(stored) + len(self._tail))[1] - len(stored)
-                self._changed_from(len(stored) + offset)
-                del self._tail[offset : max(offset, stop)]
+            found = self._tail_range(key)
+            if found is not None:
+                self._changed_from(stored._count + found[0])
+                del self._tail[found[0] : found[1]]
                 return
         self.materialize()
         super().__delitem__(key)

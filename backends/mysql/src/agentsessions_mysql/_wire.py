@@ -15,6 +15,8 @@ from asyncmy import Connection
 from asyncmy.errors import Error as DriverError
 from asyncmy.errors import InterfaceError
 
+from ._quoting import quote
+
 __all__ = [
     "INSERT_BUDGET",
     "LOST",
@@ -48,7 +50,7 @@ def lost(exc: BaseException) -> bool:
 
 async def execute(connection: Connection, sql: str, args: Sequence[Any] = ()) -> int:
     async with connection.cursor() as cursor:
-        return await cursor.execute(sql, args or None)
+        return await cursor.execute(quote(connection, sql, args) if args else sql)
 
 
 class Batch:
@@ -57,17 +59,16 @@ class Batch:
     ``START TRANSACTION`` rides with the first read (the row lock), and the writes are
     held back and sent with ``COMMIT`` (or sooner, past `INSERT_BUDGET` bytes), each
     packet a multi-statement query: a save is two round trips, not five. The values
-    are quoted by asyncmy (`Cursor.mogrify`) exactly as for a single statement.
+    are quoted by `quote` exactly as for a single statement.
     """
 
     def __init__(self, connection: Connection) -> None:
         self.connection = connection
-        self._quoting = connection.cursor()  # mogrify only: one for the whole transaction
         self._pending: list[str] = ["START TRANSACTION"]
         self._size = 0
 
     def _text(self, sql: str, args: Sequence[Any]) -> str:
-        return self._quoting.mogrify(sql, tuple(args))
+        return quote(self.connection, sql, args)
 
     async def fetch(self, sql: str, args: Sequence[Any]) -> list[tuple[Any, ...]]:
         """Send what is pending and *sql*; the rows *sql* returned."""
@@ -117,7 +118,7 @@ async def snapshot_sets(
     sets: list[list[tuple[Any, ...]]] = []
     try:
         async with connection.cursor() as cursor:
-            await cursor.execute(sql, args)
+            await cursor.execute(quote(connection, sql, args))
             sets.append(list(await cursor.fetchall()))
             for _ in range(3):  # START, the two selects, COMMIT: four results in all
                 if not await cursor.nextset():
@@ -135,6 +136,6 @@ async def snapshot_sets(
 
 async def fetch(connection: Connection, sql: str, args: Sequence[Any]) -> list[tuple[Any, ...]]:
     async with connection.cursor() as cursor:
-        await cursor.execute(sql, args or None)
+        await cursor.execute(quote(connection, sql, args) if args else sql)
         rows: list[tuple[Any, ...]] = await cursor.fetchall()
         return rows

@@ -350,7 +350,7 @@ class AgentSessionsSessionService(BaseSessionService):
         session_id = _clean_id(session_id)
         keys = _Keys(app_name, user_id)
         last_events = None if config is None else config.num_recent_events
-        stored, app_state, user_state = await asyncio.gather(
+        stored, app_state, user_state = await self._read_all(
             self.manager.get(keys.session(session_id), last_events=last_events),
             self._read_scope(keys.app_state, keys.app_identity),
             self._read_scope(keys.user_state, keys.user_identity),
@@ -652,6 +652,21 @@ class AgentSessionsSessionService(BaseSessionService):
 
         saved = await self.manager.update(key, merge, user_id=owner, create=True)
         return dict(saved.state["state"])
+
+    async def _read_all(self, *reads: Coroutine[Any, Any, Any]) -> list[Any]:
+        """*reads*' results: concurrently where each waits on I/O; one after another on
+        an in-process store (``persistent=False``), where a task per read would cost
+        more than the read itself."""
+        if self.manager.capabilities.persistent:
+            return list(await asyncio.gather(*reads))
+        results: list[Any] = []
+        try:
+            for read in reads:
+                results.append(await read)
+        finally:
+            for unstarted in reads[len(results) + 1 :]:
+                unstarted.close()  # a read failed: the ones after it never run
+        return results
 
     @staticmethod
     async def _gather(reads: list[Coroutine[Any, Any, T]]) -> list[T]:
