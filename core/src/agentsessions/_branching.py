@@ -18,7 +18,7 @@ from ._input import encode_state
 from ._models import ForkOrigin, Session
 from ._records import ForkRequest, RewindRequest, SessionRecord, encode_event
 from ._saving import tracking_of
-from ._tracking import LoadedState, mark_loaded
+from ._tracking import LoadedState, appended_in_flight, mark_loaded
 
 if TYPE_CHECKING:
     from ._manager import SessionManager
@@ -222,12 +222,14 @@ def rewound(plan: RewindPlan, request: RewindRequest) -> None:
     """Bring the caller's session in step with a rewind that landed."""
     loaded, session = plan.loaded, plan.session
     shift = loaded.shift
+    late = appended_in_flight(session, loaded)
     session.events = list(loaded.events[: plan.kept_in_window])
     session.version = request.version
     session.updated_at = request.updated_at
     mark_loaded(session, offset=loaded.offset, partial=loaded.partial, lineage=request.lineage)
     if session._loaded is not None:
         session._loaded.shift = shift
+    session.events.extend(late)
 
 
 async def rewind(manager: SessionManager, plan: RewindPlan) -> None:

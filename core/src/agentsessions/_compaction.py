@@ -12,7 +12,7 @@ from ._input import check_event_sizes, encode_events
 from ._models import Event, Session, mark_sent
 from ._records import CompactRequest, decode_events
 from ._saving import tracking_of
-from ._tracking import mark_loaded
+from ._tracking import appended_in_flight, mark_loaded
 
 if TYPE_CHECKING:
     from ._manager import SessionManager
@@ -98,12 +98,14 @@ async def compact(
             expected_lineage=loaded.lineage,
         )
         await manager._compact(request, now)
+    late = appended_in_flight(session, loaded)
     session.events = [*replacing, *kept]
     session.version = request.version
     session.updated_at = now
     mark_loaded(session, lineage=request.lineage)
     if session._loaded is not None:
         session._loaded.shift = shift
+    session.events.extend(late)
 
 
 async def archived_events(

@@ -153,17 +153,21 @@ async def save_tracked(
         sent = codec.seal_save(request, events, keep_in_window, shift)
     loaded.pending = request
     loaded.sent = sent
+    # What is sent is the caller's new baseline now: anything changed in the list while
+    # the save is in flight (another task appending to this Session) stays a change.
+    before = loaded.baseline(events)
     try:
         await manager._save(sent, now)
-    except SessionError as exc:
-        if not isinstance(exc, BackendUnavailableError):
+    except BaseException as exc:
+        loaded.restore_baseline(events, before)
+        if isinstance(exc, SessionError) and not isinstance(exc, BackendUnavailableError):
             loaded.pending = loaded.sent = None  # a definite answer: it did not land
         raise
     loaded.pending = loaded.sent = None
     if not keep:
         loaded.shift = 0
     stamp_saved(session, new_version, now)
-    loaded.saved(session, new_version, keep_in_window, request.record.lineage)
+    loaded.saved(session, new_version, keep_in_window, request.record.lineage, added)
 
 
 async def save_until_answered(manager: SessionManager, session: Session) -> None:

@@ -33,6 +33,7 @@ __all__ = [
     "LazyEvents",
     "LoadedState",
     "StoredEvents",
+    "appended_in_flight",
     "common_prefix",
     "event_contents",
     "event_ids",
@@ -554,15 +555,18 @@ class LoadedState:
             self.ids = set(event_ids(self.events))
         return self.ids
 
-    def saved(self, session: Session, version: int, kept: int, lineage: str) -> None:
-        """Record that *session* was saved at *version* with *lineage*, keeping the
-        first *kept* events.
+    def saved(
+        self, session: Session, version: int, kept: int, lineage: str, added: list[Event]
+    ) -> None:
+        """Record that *session* was saved at *version* with *lineage*: the first *kept*
+        events, then *added*.
 
         Costs what changed, not the history: the private copy is cut and extended, the
-        id set extended on a pure append, and the caller's list re-baselined.
+        id set extended on a pure append. The caller's list was re-baselined when the
+        save was sent (`baseline`), so what changed in it while the save was in flight
+        is still a change, for the next save.
         """
         current = session.events
-        added = current[kept:]
         if self.ids is not None:
             if kept == len(self.events):
                 self.ids.update(map(_event_id, added))
@@ -572,11 +576,43 @@ class LoadedState:
         self.events.extend(added)
         self.version = version
         self.lineage = lineage
-        if current is self.tracked:
-            current.reset_tracking()
-        else:
-            # The caller replaced the list: track the new one from now on (once O(n)).
-            self.tracked = session.events = EventList(current)
+        if current is not self.tracked:
+            # The caller replaced the list: track the new one from now on (once O(n)),
+            # from where it stops being what was just stored.
+            tracked = EventList(current)
+            tracked.first_change = common_prefix(self.events, tracked)
+            self.tracked = session.events = tracked
+
+    def baseline(self, events: list[Event]) -> int | None:
+        """Take *events*, about to be sent, as the new baseline if they are the tracked
+        list; the old ``first_change`` (for `restore_baseline`), or None."""
+        tracked = self.tracked
+        if events is not tracked or tracked is None:
+            return None
+        before = tracked.first_change
+        tracked.reset_tracking()
+        return before
+
+    def restore_baseline(self, events: list[Event], before: int | None) -> None:
+        """The save sent after `baseline` did not land: its changes are changes again."""
+        if before is not None and isinstance(events, EventList):
+            events._changed_from(before)
+
+
+def appended_in_flight(session: Session, loaded: LoadedState) -> list[Event]:
+    """The events appended to *session*'s tracked list after the ones *loaded* holds, with
+    nothing before them changed: what another task added while a compaction or a rewind
+    was in flight, which the caller's new list keeps, unsaved, for the next save."""
+    current = session.events
+    stored = len(loaded.events)
+    if (
+        current is not loaded.tracked
+        or len(current) <= stored
+        or not isinstance(current, EventList)
+        or current.first_change < stored
+    ):
+        return []
+    return list(current[stored:])
 
 
 def mark_loaded(

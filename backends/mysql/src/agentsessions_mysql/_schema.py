@@ -16,7 +16,8 @@ so neither would add anything but cost. Timestamps are ``BIGINT`` microseconds s
 epoch (`agentsessions.backend.to_micros`): exact, ordered, and free of the server's and
 the connection's time zone.
 
-Values always travel as parameters (asyncmy quotes them); no value is spliced into SQL.
+Values always travel as parameters, quoted to the text asyncmy would give (`_quoting`);
+no value is spliced into SQL by hand.
 """
 
 from __future__ import annotations
