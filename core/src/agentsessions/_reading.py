@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from . import _deadline, _json
+from ._building import loaded_session
 from ._errors import SessionOwnershipError
 from ._models import Session
 from ._records import LoadedSession
-from ._tracking import LoadedState, loaded_session
+from ._tracking import LoadedState
 
 if TYPE_CHECKING:
     from ._manager import SessionManager

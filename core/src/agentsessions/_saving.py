@@ -10,6 +10,7 @@ from __future__ import annotations
 import weakref
 from typing import TYPE_CHECKING
 
+from ._building import stamp_saved
 from ._errors import (
     BackendLockedError,
     BackendReadOnlyError,
@@ -25,7 +26,7 @@ from ._input import NO_IDS, check_event_sizes, encode_events
 from ._models import Event, Session, all_unsent, mark_sent
 from ._records import SaveRequest, SessionRecord
 from ._retry import backoff
-from ._tracking import LoadedState, stamp_saved
+from ._tracking import LoadedState
 
 if TYPE_CHECKING:
     from ._manager import SessionManager

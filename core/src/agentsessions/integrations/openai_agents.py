@@ -63,10 +63,11 @@ from agents.memory.session_settings import (
 )
 
 from .. import _json
+from .._building import loaded_session
 from .._errors import InvalidInputError, SessionConflictError, SessionSerializationError
 from .._manager import DEFAULT_UPDATE_RETRIES, SessionManager, validate_id
 from .._models import Event, Session, new_event
-from .._tracking import event_contents, loaded_session
+from .._tracking import event_contents
 from ._openai_agents_branches import MAIN_BRANCH, BranchError, Branches
 from ._shared import backoff, finish_despite_cancellation, mapped_id
 
