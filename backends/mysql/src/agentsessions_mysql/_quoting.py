@@ -4,10 +4,10 @@ asyncmy escapes a ``str`` or ``bytes`` value with ``str.translate`` over a table
 costs a dictionary look-up per character; the JSON texts this backend stores always
 hold characters to escape (every ``"``), so every state and event paid that, megabytes
 of it for a large value. `literal` builds the very same text with one C-level
-``replace`` per special character present; `tests/mysql/test_quoting.py` checks it
-against asyncmy's own quoting. Values of other types, and every value on a connection
-whose server has ``NO_BACKSLASH_ESCAPES`` set (a quote is then doubled instead), are
-left to asyncmy.
+``replace`` per special character present (checked against asyncmy's own quoting by
+`tests/backends/mysql/test_mysql_quoting.py`). Values of other types, and every value
+on a connection whose server has ``NO_BACKSLASH_ESCAPES`` set (a quote is then doubled
+instead), are left to asyncmy.
 """
 
 from __future__ import annotations
