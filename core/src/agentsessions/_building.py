@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from ._models import Event, ForkOrigin, Session
-from ._tracking import EventList, LazyEvents, LoadedState, _private_copy
+from ._tracking import LoadedState, _private_copy, tracked_list
 
 __all__ = ["loaded_session", "stamp_saved"]
 
@@ -36,12 +36,7 @@ def loaded_session(
     followed by `mark_loaded` builds, without their generic machinery (each load of
     every turn builds one; its values come from the store and were checked there).
     """
-    if type(events) is LazyEvents and not events.decoded:
-        # Fresh from a load: tracked as it is, so that nothing is decoded here.
-        events.reset_tracking()
-        tracked: EventList = events
-    else:
-        tracked = EventList(events)
+    tracked = tracked_list(events)
     session: Session = Session.__new__(Session)
     _set_attribute(
         session,

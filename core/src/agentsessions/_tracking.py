@@ -37,6 +37,7 @@ __all__ = [
     "event_contents",
     "event_ids",
     "mark_loaded",
+    "tracked_list",
 ]
 
 _event_id = operator.attrgetter("id")
@@ -617,12 +618,8 @@ def mark_loaded(
 ) -> None:
     """Start tracking *session* as it came out of the store."""
     events = session.events
-    if type(events) is LazyEvents and not events.decoded:
-        # Fresh from a load: tracked as it is, so that nothing is decoded here.
-        events.reset_tracking()
-        tracked: EventList = events
-    else:
-        tracked = EventList(events)
+    tracked = tracked_list(events)
+    if tracked is not events:
         session.events = tracked
     session._loaded = LoadedState(
         version=session.version,
@@ -634,6 +631,15 @@ def mark_loaded(
         owner=weakref.ref(session),
         lineage=lineage,
     )
+
+
+def tracked_list(events: list[Event]) -> EventList:
+    """*events* as the list a load hands out, tracked from now on: a `LazyEvents` fresh
+    from a load as it is (so that nothing is decoded here), anything else copied."""
+    if type(events) is LazyEvents and not events.decoded:
+        events.reset_tracking()
+        return events
+    return EventList(events)
 
 
 def _private_copy(events: list[Event]) -> list[Event]:
